@@ -1,0 +1,82 @@
+"""`python -m speculator_operator.localcluster up|down|status` (what `hack/dev-cluster` runs).
+
+`up` prints shell `export` lines on stdout (so `eval "$(hack/dev-cluster up)"` works) and its
+progress on stderr; the processes keep running until `down`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from speculator_operator.localcluster.cluster import ComponentError, LocalCluster, load_state, stop_recorded
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dev-cluster", description=__doc__)
+    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("--dir", type=Path, required=True, help="folder for state, PKI, data and logs")
+    parser.add_argument("--bin-dir", type=Path, help="folder with the built binaries (hack/build-kube)")
+    parser.add_argument("--gpu-nodes", type=int, default=2)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--no-s3", action="store_true", help="do not start the S3 server")
+    args = parser.parse_args(argv)
+    workdir: Path = args.dir.resolve()
+
+    if args.command == "down":
+        stopped = stop_recorded(workdir)
+        print(
+            f"dev-cluster: stopped {', '.join(stopped)}" if stopped else "dev-cluster: nothing was running",
+            file=sys.stderr,
+        )
+        return 0
+
+    state = load_state(workdir)
+    if args.command == "status":
+        if state is None:
+            print("dev-cluster: not running", file=sys.stderr)
+            return 1
+        _print_exports(state)
+        return 0
+
+    if state is not None:
+        print("dev-cluster: already up (hack/dev-cluster down stops it)", file=sys.stderr)
+        _print_exports(state)
+        return 0
+    if args.bin_dir is None:
+        parser.error("--bin-dir is required for up")
+    cluster = LocalCluster(
+        workdir, args.bin_dir, gpu_nodes=args.gpu_nodes, gpus_per_node=args.gpus_per_node, with_s3=not args.no_s3
+    )
+    t0 = time.monotonic()
+    try:
+        info = cluster.start()
+    except ComponentError as exc:
+        print(f"dev-cluster: FAILED: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"dev-cluster: whole stack Ready in {time.monotonic() - t0:.1f} s (logs in {workdir / 'logs'})", file=sys.stderr
+    )
+    state = load_state(workdir)
+    assert state is not None
+    _print_exports(state)
+    del info
+    return 0
+
+
+def _print_exports(state: dict[str, object]) -> None:
+    print(f"export KUBECONFIG={shlex.quote(str(state['kubeconfig']))}")
+    s3 = state.get("s3")
+    if isinstance(s3, dict):
+        print(f"export AWS_ENDPOINT_URL={shlex.quote(s3['endpoint'])}")
+        print(f"export AWS_ACCESS_KEY_ID={shlex.quote(s3['access_key'])}")
+        print(f"export AWS_SECRET_ACCESS_KEY={shlex.quote(s3['secret_key'])}")
+        print(f"export AWS_DEFAULT_REGION={shlex.quote(s3['region'])}")
+    print(f'export PATH={shlex.quote(str(state["bin_dir"]))}:"$PATH"')
+
+
+if __name__ == "__main__":
+    sys.exit(main())

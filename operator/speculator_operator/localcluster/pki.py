@@ -1,0 +1,119 @@
+"""Certificates for the local control plane: one CA, a serving certificate for the API server,
+a client certificate in `system:masters`, and the service-account signing key pair."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _name(cn: str, org: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    if org:
+        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+def write_pki(directory: Path) -> dict[str, Path]:
+    """Write ca.crt/key, apiserver.crt/key, admin.crt/key, sa.key/pub into `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    until = now + dt.timedelta(days=3650)
+
+    ca_key = _key()
+    ca_name = _name("speculator-operator-local-ca")
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(until)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    def leaf(
+        cn: str, org: str | None, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName] | None
+    ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+        key = _key()
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(_name(cn, org))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(until)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        )
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return builder.sign(ca_key, hashes.SHA256()), key
+
+    serving, serving_key = leaf(
+        "kube-apiserver",
+        None,
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        [
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+            x509.DNSName("localhost"),
+            x509.DNSName("kubernetes"),
+            x509.DNSName("kubernetes.default"),
+            x509.DNSName("kubernetes.default.svc"),
+        ],
+    )
+    admin, admin_key = leaf("speculator-operator-admin", "system:masters", ExtendedKeyUsageOID.CLIENT_AUTH, None)
+    sa_key = _key()
+
+    files = {
+        "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
+        "ca.key": _pem_key(ca_key),
+        "apiserver.crt": serving.public_bytes(serialization.Encoding.PEM),
+        "apiserver.key": _pem_key(serving_key),
+        "admin.crt": admin.public_bytes(serialization.Encoding.PEM),
+        "admin.key": _pem_key(admin_key),
+        "sa.key": _pem_key(sa_key),
+        "sa.pub": sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    }
+    paths = {}
+    for name, data in files.items():
+        path = directory / name
+        path.write_bytes(data)
+        path.chmod(0o600)
+        paths[name] = path
+    return paths

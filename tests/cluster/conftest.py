@@ -1,0 +1,106 @@
+"""Fixtures for tests against a real control plane.
+
+One cluster per test session: if KUBECONFIG is set when the tests start, that cluster is used and
+nothing is started; otherwise the local control plane (etcd, kube-apiserver, controller-manager,
+scheduler, kwok) is started from the binaries of hack/build-kube. One namespace per test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from speculator_operator.localcluster import ClusterInfo, LocalCluster, S3Info
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Cluster:
+    kubeconfig: Path
+    kubectl_path: str
+    api: client.ApiClient
+    local: ClusterInfo | None  # None when the tests run against an existing cluster
+    s3: S3Info | None
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        result = subprocess.run(
+            [self.kubectl_path, *args], input=input, capture_output=True, text=True, env=env, timeout=timeout
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+            )
+        return result
+
+
+def _bin_dir() -> Path:
+    env = os.environ.get("SPECULATOR_BIN_DIR")
+    if env:
+        return Path(env)
+    out = subprocess.run(
+        [str(REPO / "hack" / "build-kube"), "--print-bin-dir"], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def bin_dir() -> Path:
+    return _bin_dir()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    external = os.environ.get("KUBECONFIG")
+    if external:
+        kubectl = shutil.which("kubectl")
+        bins = os.environ.get("SPECULATOR_BIN_DIR")
+        if bins and (Path(bins) / "kubectl").exists():
+            kubectl = str(Path(bins) / "kubectl")
+        assert kubectl, "KUBECONFIG is set but no kubectl was found (PATH or SPECULATOR_BIN_DIR)"
+        s3 = None
+        if os.environ.get("AWS_ENDPOINT_URL"):
+            s3 = S3Info(
+                os.environ["AWS_ENDPOINT_URL"],
+                os.environ.get("AWS_ACCESS_KEY_ID", ""),
+                os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+                os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+            )
+        yield Cluster(Path(external), kubectl, config.new_client_from_config(external), None, s3)
+        return
+
+    workdir = Path(os.environ.get("SPECULATOR_TEST_CLUSTER_DIR") or tmp_path_factory.mktemp("cluster"))
+    local = LocalCluster(workdir, _bin_dir())
+    info = local.start()
+    try:
+        api = config.new_client_from_config(str(info.kubeconfig))
+        yield Cluster(info.kubeconfig, str(info.kubectl), api, info, info.s3)
+    finally:
+        local.stop()
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (the controller-manager finalises it)."""
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{base}-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(cluster.api)
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"speculators.dev/test": "true"}))
+    )
+    # pods are admitted only once the namespace's `default` ServiceAccount exists
+    cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
+    yield name
+    core.delete_namespace(name)

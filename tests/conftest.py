@@ -1,0 +1,1 @@
+"""Shared test configuration: tiers are folders (tests/unit, tests/cluster)."""
