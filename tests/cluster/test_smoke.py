@@ -91,8 +91,8 @@ def test_category_lists_objects_with_printer_columns(cluster: Cluster, widget_cr
     assert lines[0].split() == ["NAME", "SIZE", "MODE", "PHASE", "AGE"]
     rows = {line.split()[0]: line.split()[1:3] for line in lines[1:]}
     assert rows == {
-        "widget.smoke.speculators.dev/alpha": ["8", "fast"],
-        "widget.smoke.speculators.dev/beta": ["3", "careful"],
+        "alpha": ["8", "fast"],
+        "beta": ["3", "careful"],
     }
     # the short name resolves as well
     assert "alpha" in cluster.kubectl("get", "wdg", "-n", namespace, "-o", "name").stdout

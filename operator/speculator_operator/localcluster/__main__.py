@@ -12,7 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-from speculator_operator.localcluster.cluster import ComponentError, LocalCluster, load_state, stop_recorded
+from speculator_operator.localcluster.cluster import (
+    ComponentError,
+    LocalCluster,
+    load_state,
+    running_components,
+    stop_recorded,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,10 +41,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     state = load_state(workdir)
+    running = running_components(workdir)
+    if state is not None and len(running) < len(state.get("pids", {})):
+        # a previous `up` whose processes died (or a reboot): clean up what is left and start over
+        gone = sorted(set(state.get("pids", {})) - set(running))
+        print(f"dev-cluster: recorded cluster is broken ({', '.join(gone)} not running); stopping it", file=sys.stderr)
+        stop_recorded(workdir)
+        state = None
     if args.command == "status":
         if state is None:
             print("dev-cluster: not running", file=sys.stderr)
             return 1
+        print(f"dev-cluster: running: {', '.join(f'{n} (pid {p})' for n, p in running.items())}", file=sys.stderr)
         _print_exports(state)
         return 0
 

@@ -593,6 +593,16 @@ def load_state(workdir: Path) -> dict[str, Any] | None:
     return state
 
 
+def running_components(workdir: Path) -> dict[str, int]:
+    """The recorded components of a detached cluster that are still running (name -> pid)."""
+    state = load_state(workdir)
+    if state is None:
+        return {}
+    argv0: dict[str, str] = state.get("argv", {})
+    pids: dict[str, int] = state.get("pids", {})
+    return {name: pid for name, pid in pids.items() if _is_ours(pid, argv0.get(name, "")) and _alive(pid)}
+
+
 def stop_recorded(workdir: Path, grace: float = 10.0) -> list[str]:
     """Stop the processes a detached LocalCluster recorded in `workdir`; returns their names."""
     state = load_state(workdir)
@@ -603,7 +613,7 @@ def stop_recorded(workdir: Path, grace: float = 10.0) -> list[str]:
     argv0: dict[str, str] = state.get("argv", {})
     for name in reversed(list(pids)):
         pid = pids[name]
-        if not _is_ours(pid, argv0.get(name, "")):
+        if not (_is_ours(pid, argv0.get(name, "")) and _alive(pid)):
             continue
         _signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
