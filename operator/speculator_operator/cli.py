@@ -1,35 +1,149 @@
 """The `speculator-operator` command line.
 
-Exit codes: 0 success; 1 the command ran and found a problem; 2 bad usage or unreadable input.
+Exit codes: 0 success; 1 the command ran and found a problem (e.g. audit errors); 2 bad usage or
+unreadable input, with one line on stderr and no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Any, NoReturn
 
 from speculator_operator import __version__
+from speculator_operator.checkpoint import AuditReport, CheckpointError, audit, load_verifier_config
+from speculator_operator.economics import break_even_alpha, cost_ratio, draft_forwards, verifier_active_parameters
+from speculator_operator.releases import ReleaseError, get_release, release_for
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="speculator-operator",
         description="Train, audit, publish and serve speculative-decoding draft models for vLLM.",
     )
     parser.add_argument("--version", action="version", version=f"speculator-operator {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.add_parser("version", help="print the version")
+
+    a = sub.add_parser(
+        "audit",
+        help="audit a draft checkpoint against its verifier and the pinned vLLM (header-only)",
+        description="Read config.json and the safetensors headers of a speculators checkpoint (a folder, "
+        "s3://bucket/prefix or hf://org/repo[@revision]) and check it against the verifier and the "
+        "pinned vLLM. Exit 0: no errors; 1: errors found; 2: unreadable input or bad usage.",
+    )
+    a.add_argument("source", metavar="SOURCE")
+    v = a.add_mutually_exclusive_group()
+    v.add_argument("--verifier", metavar="SOURCE", help="the verifier (folder, s3://, hf://): its config.json")
+    v.add_argument("--verifier-config", metavar="FILE", help="the verifier's config.json as a file")
+    r = a.add_mutually_exclusive_group()
+    r.add_argument("--release", metavar="NAME", help="pinned release to audit against (default: the default one)")
+    r.add_argument("--vllm", metavar="VERSION", help="audit against the verified release that pins this vLLM")
+    a.add_argument("--allow-lossy", action="store_true", help="accept lossy proposals (verifier_accept_k > 1 ...)")
+    a.add_argument("--deep", action="store_true", help="also sample tensor data by ranged reads (NaN/zero checks)")
+    a.add_argument("--format", choices=["text", "json"], default="text")
     return parser
+
+
+def _economics(report: AuditReport, verifier: dict[str, Any] | None) -> dict[str, Any] | None:
+    ck = report.checkpoint
+    if verifier is None or ck.speculative_tokens is None or ck.algorithm is None:
+        return None
+    try:
+        params = verifier_active_parameters(verifier)
+        c = cost_ratio({n: t.shape for n, t in ck.tensors.items()}, params)
+    except ValueError:
+        return None
+    k = ck.speculative_tokens
+    n = draft_forwards(ck.algorithm, k)
+    alpha = break_even_alpha(k, c, n)
+    return {
+        "cost_ratio": round(c, 6),
+        "draft_forwards_per_step": n,
+        "break_even_acceptance": None if alpha is None else round(alpha, 4),
+    }
+
+
+def _audit(args: argparse.Namespace) -> int:
+    release = get_release(args.release) if not args.vllm else release_for(vllm=args.vllm)
+    verifier = None
+    verifier_revision = None
+    served = None
+    if args.verifier:
+        verifier, verifier_revision = load_verifier_config(args.verifier)
+        served = args.verifier
+    elif args.verifier_config:
+        verifier, _ = load_verifier_config(args.verifier_config)
+    report = audit(
+        args.source,
+        verifier=verifier,
+        verifier_revision=verifier_revision,
+        served_verifier=served,
+        release=release,
+        allow_lossy=args.allow_lossy,
+        deep=args.deep,
+    )
+    econ = _economics(report, verifier)
+    if econ:
+        report.extra["economics"] = econ
+    if args.format == "json":
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        _print_text(report)
+    return 0 if report.ok else 1
+
+
+def _print_text(report: AuditReport) -> None:
+    s = report.checkpoint.summary()
+    print(f"checkpoint  {s['uri']}" + (f" @ {s['revision']}" if s["revision"] else ""))
+    print(
+        f"            {s['algorithm']} (speculators {s['speculators_version']}), hidden {s['hidden_size']}, "
+        f"vocab {s['draft_vocab_size']}/{s['verifier_vocab_size']}, aux layers {s['aux_layer_ids']}, "
+        f"K={s['speculative_tokens']}, verifier {s['recorded_verifier']}"
+    )
+    if report.release is not None:
+        print(f"release     {report.release.name} (speculators {report.release.speculators}, vLLM {report.vllm})")
+    econ = report.extra.get("economics")
+    if econ:
+        print(
+            f"economics   cost ratio c={econ['cost_ratio']}, break-even acceptance "
+            f"{econ['break_even_acceptance']} at K={s['speculative_tokens']}"
+        )
+    for f in report.findings:
+        print(f"{f.severity.upper():8} {f.rule:22} {f.message}")
+    errors = len(report.errors)
+    warnings = sum(1 for f in report.findings if f.severity == "warning")
+    verdict = "OK" if report.ok else "FAILED"
+    print(
+        f"result      {verdict}: {errors} error(s), {warnings} warning(s); read {s['bytes_read']:,} of "
+        f"{s['bytes_on_disk']:,} bytes in {s['requests']} request(s), {report.seconds * 1000:.1f} ms"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "version":
-        print(__version__)
-        return 0
-    parser.print_help(sys.stderr)
-    return 2
+    try:
+        args = parser.parse_args(argv)
+        if args.command == "version":
+            print(__version__)
+            return 0
+        if args.command == "audit":
+            return _audit(args)
+        parser.print_help(sys.stderr)
+        return 2
+    except (UsageError, CheckpointError, ReleaseError) as exc:
+        print(f"speculator-operator: {exc}" if not str(exc).startswith("speculator-operator") else exc, file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,229 @@
+"""A speculators checkpoint as the audit sees it: config.json plus the safetensors headers."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from speculator_operator.checkpoint.safetensors_header import HeaderError, TensorInfo, parse_header
+from speculator_operator.checkpoint.sources import Source, SourceError, open_source, read_header
+from speculator_operator.releases import DFLASH_FAMILY, EAGLE_FAMILY
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+LAYER_RE = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
+
+
+class CheckpointError(ValueError):
+    """The checkpoint cannot be read at all (as opposed to read and found wrong)."""
+
+
+def _json_object(data: bytes, where: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{where}: a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass
+class Checkpoint:
+    uri: str
+    revision: str | None
+    config: dict[str, Any]
+    tensors: dict[str, TensorInfo]
+    files: list[str]
+    source: Source = field(repr=False)
+    file_sizes: dict[str, int] = field(default_factory=dict)
+
+    # -------------------------------------------------- what config.json says (None when absent/wrong type)
+
+    @property
+    def algorithm(self) -> str | None:
+        value = self.config.get("speculators_model_type")
+        return value if isinstance(value, str) else None
+
+    @property
+    def family(self) -> str | None:
+        algo = self.algorithm
+        if algo in EAGLE_FAMILY:
+            return "eagle"
+        if algo in DFLASH_FAMILY:
+            return "dflash"
+        if algo == "mtp":
+            return "mtp"
+        return None
+
+    @property
+    def speculators_version(self) -> str | None:
+        value = self.config.get("speculators_version")
+        return value if isinstance(value, str) else None
+
+    @property
+    def layer_config(self) -> dict[str, Any]:
+        value = self.config.get("transformer_layer_config")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def speculators_config(self) -> dict[str, Any]:
+        value = self.config.get("speculators_config")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def proposal(self) -> dict[str, Any]:
+        methods = self.speculators_config.get("proposal_methods")
+        if isinstance(methods, list) and methods and isinstance(methods[0], dict):
+            return methods[0]
+        return {}
+
+    @property
+    def recorded_verifier(self) -> dict[str, Any]:
+        value = self.speculators_config.get("verifier")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def hidden_size(self) -> int | None:
+        return _int(self.layer_config.get("hidden_size"))
+
+    @property
+    def verifier_vocab_size(self) -> int | None:
+        return _int(self.layer_config.get("vocab_size"))
+
+    @property
+    def draft_vocab_size(self) -> int | None:
+        if self.algorithm == "mtp":
+            return self.verifier_vocab_size
+        return _int(self.config.get("draft_vocab_size"))
+
+    @property
+    def aux_ids_key(self) -> str:
+        return "eagle_aux_hidden_state_layer_ids" if self.family == "eagle" else "aux_hidden_state_layer_ids"
+
+    @property
+    def aux_layer_ids(self) -> list[int] | None:
+        value = self.config.get(self.aux_ids_key)
+        if isinstance(value, list) and all(_int(v) is not None for v in value):
+            return list(value)
+        return None
+
+    @property
+    def speculative_tokens(self) -> int | None:
+        return _int(self.proposal.get("speculative_tokens"))
+
+    @property
+    def num_layers(self) -> int | None:
+        return _int(self.layer_config.get("num_hidden_layers"))
+
+    def layer_indices(self) -> set[int]:
+        found = set()
+        for name in self.tensors:
+            match = LAYER_RE.match(name)
+            if match:
+                found.add(int(match[1]))
+        return found
+
+    def tensor(self, *names: str) -> TensorInfo | None:
+        for name in names:
+            if name in self.tensors:
+                return self.tensors[name]
+        return None
+
+    @property
+    def bytes_read(self) -> int:
+        return self.source.stats.bytes_read
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "uri": self.uri,
+            "revision": self.revision,
+            "algorithm": self.algorithm,
+            "speculators_version": self.speculators_version,
+            "hidden_size": self.hidden_size,
+            "num_layers": self.num_layers,
+            "draft_vocab_size": self.draft_vocab_size,
+            "verifier_vocab_size": self.verifier_vocab_size,
+            "aux_layer_ids": self.aux_layer_ids,
+            "speculative_tokens": self.speculative_tokens,
+            "recorded_verifier": self.recorded_verifier.get("name_or_path"),
+            "files": self.files,
+            "tensors": len(self.tensors),
+            "parameters": sum(t.numel for t in self.tensors.values()),
+            "bytes_on_disk": sum(self.file_sizes.values()),
+            "bytes_read": self.source.stats.bytes_read,
+            "requests": self.source.stats.requests,
+        }
+
+
+def load_checkpoint(location: str | Source) -> Checkpoint:
+    """Read config.json and every safetensors header, header only."""
+    try:
+        source = open_source(location) if isinstance(location, str) else location
+    except SourceError as exc:
+        raise CheckpointError(str(exc)) from None
+    try:
+        config = _json_object(source.read_small("config.json"), f"{source.uri}/config.json")
+        if source.exists(INDEX_FILE):
+            index = _json_object(source.read_small(INDEX_FILE), f"{source.uri}/{INDEX_FILE}")
+            weight_map = index.get("weight_map")
+            if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                raise CheckpointError(f"{source.uri}/{INDEX_FILE}: weight_map must map tensor names to file names")
+            files = sorted(set(weight_map.values()))
+        elif source.exists(SINGLE_FILE):
+            files, weight_map = [SINGLE_FILE], None
+        else:
+            raise CheckpointError(f"{source.uri}: neither {SINGLE_FILE} nor {INDEX_FILE} is there")
+        tensors: dict[str, TensorInfo] = {}
+        sizes: dict[str, int] = {}
+        for name in files:
+            if "/" in name.strip("./") or name.startswith(("/", "..")):
+                raise CheckpointError(f"{source.uri}/{INDEX_FILE}: shard name {name!r} leaves the checkpoint")
+            raw, size = read_header(source, name)
+            found, _ = parse_header(raw, f"{source.uri}/{name}", size)
+            sizes[name] = size
+            for tname, info in found.items():
+                if tname in tensors:
+                    raise CheckpointError(f"{source.uri}: tensor {tname!r} is in both {tensors[tname].file} and {name}")
+                tensors[tname] = info
+        if weight_map is not None:
+            missing = sorted(set(weight_map) - set(tensors))
+            if missing:
+                raise CheckpointError(
+                    f"{source.uri}/{INDEX_FILE}: lists {len(missing)} tensor(s) no shard holds, e.g. {missing[0]!r}"
+                )
+    except HeaderError as exc:
+        raise CheckpointError(str(exc)) from None
+    except SourceError as exc:
+        raise CheckpointError(str(exc)) from None
+    return Checkpoint(
+        uri=source.uri,
+        revision=source.revision,
+        config=config,
+        tensors=tensors,
+        files=files,
+        source=source,
+        file_sizes=sizes,
+    )
+
+
+def load_verifier_config(location: str) -> tuple[dict[str, Any], str | None]:
+    """A verifier's config.json from a folder, s3:// or hf://, or a JSON file; and its revision."""
+    if not re.match(r"^[a-z][a-z0-9+.-]*://", location) and location.endswith(".json"):
+        try:
+            with open(location, "rb") as fh:
+                return _json_object(fh.read(16 * 1024 * 1024 + 1), location), None
+        except OSError as exc:
+            raise CheckpointError(f"{location}: {exc.strerror or exc}") from None
+    try:
+        source = open_source(location)
+        config = _json_object(source.read_small("config.json"), f"{source.uri}/config.json")
+    except SourceError as exc:
+        raise CheckpointError(str(exc)) from None
+    return config, source.revision

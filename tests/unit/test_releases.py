@@ -1,0 +1,58 @@
+"""The pinned release table."""
+
+from __future__ import annotations
+
+import pytest
+
+from speculator_operator.releases import (
+    DEFAULT_RELEASE,
+    RELEASES,
+    ReleaseError,
+    Version,
+    get_release,
+    has_disable_by_batch_size,
+    has_per_batch_size_schedule,
+    release_for,
+    supported,
+)
+
+
+def test_default_release_is_verified_and_pins_everything() -> None:
+    r = get_release()
+    assert r.name == DEFAULT_RELEASE
+    assert r.verified
+    assert (r.speculators, r.hs_connectors) == ("0.9.0", "0.9.0")
+    assert r.vllm_version >= Version.parse("0.32.0")
+    for role in ("trainer", "extraction", "server"):
+        assert r.image(role).endswith(":" + r.name)
+
+
+def test_unknown_and_unverified_requests_name_the_supported_ones() -> None:
+    names = ", ".join(x.name for x in supported())
+    with pytest.raises(ReleaseError, match="unknown release 'nope'") as err:
+        get_release("nope")
+    assert names.split(",")[0] in str(err.value)
+    unverified = [r for r in RELEASES.values() if not r.verified]
+    assert unverified, "the table should show what an unverified release looks like"
+    with pytest.raises(ReleaseError, match="has not been verified") as err:
+        get_release(unverified[0].name)
+    assert DEFAULT_RELEASE in str(err.value)
+    with pytest.raises(ReleaseError, match="not a combination CI has verified"):
+        release_for(vllm=unverified[0].vllm)
+    with pytest.raises(ReleaseError, match=r"no release pins vLLM 0\.11\.0"):
+        release_for(vllm="0.11.0")
+    with pytest.raises(ReleaseError, match="not a version"):
+        release_for(vllm="latest")
+    assert release_for(vllm="0.32.0").name == DEFAULT_RELEASE
+
+
+def test_cut_off_knobs_by_version() -> None:
+    assert has_disable_by_batch_size(Version.parse("0.16.0"))
+    assert not has_disable_by_batch_size(Version.parse("0.17.0"))
+    assert not has_per_batch_size_schedule(Version.parse("0.23.1"))
+    assert has_per_batch_size_schedule(Version.parse("0.24.0"))
+
+
+def test_version_ordering() -> None:
+    assert Version.parse("0.9.0") < Version.parse("0.10.1") < Version.parse("v0.32") == Version.parse("0.32.0")
+    assert str(Version.parse("0.32.0+cpu")) == "0.32.0"
