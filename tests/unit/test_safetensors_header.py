@@ -41,7 +41,8 @@ def test_sparse_qwen3_8b_eagle3_is_read_header_only(tmp_path: Path) -> None:
     assert ck.tensors["embed_tokens.weight"].shape == (151936, 4096)
     assert ck.tensors["layers.0.self_attn.q_proj.weight"].shape == (4096, 8192)
     size = (tmp_path / "model.safetensors").stat().st_size
-    header = 8 + struct.unpack("<Q", (tmp_path / "model.safetensors").read_bytes()[:8])[0]
+    with (tmp_path / "model.safetensors").open("rb") as fh:
+        header = 8 + struct.unpack("<Q", fh.read(8))[0]
     config_bytes = (tmp_path / "config.json").stat().st_size
     assert size > 1_500_000_000
     assert ck.bytes_read == header + config_bytes

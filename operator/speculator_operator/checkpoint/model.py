@@ -186,7 +186,7 @@ def load_checkpoint(location: str | Source) -> Checkpoint:
             if "/" in name.strip("./") or name.startswith(("/", "..")):
                 raise CheckpointError(f"{source.uri}/{INDEX_FILE}: shard name {name!r} leaves the checkpoint")
             raw, size = read_header(source, name)
-            found, _ = parse_header(raw, f"{source.uri}/{name}", size)
+            found, _ = parse_header(raw, name, size, label=f"{source.uri}/{name}")
             sizes[name] = size
             for tname, info in found.items():
                 if tname in tensors:

@@ -57,14 +57,18 @@ def header_length(prefix: bytes, file: str, file_size: int | None) -> int:
     return int(n)
 
 
-def parse_header(raw: bytes, file: str, file_size: int | None) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    """`raw` is the N header bytes (after the 8-byte length). Returns (tensors, metadata)."""
+def parse_header(
+    raw: bytes, file: str, file_size: int | None, label: str | None = None
+) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    """`raw` is the N header bytes (after the 8-byte length) of `file`; `label` names it in errors.
+    Returns (tensors, metadata)."""
+    where = label or file
     try:
         table = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HeaderError(f"{file}: header is not valid JSON ({exc})") from None
+        raise HeaderError(f"{where}: header is not valid JSON ({exc})") from None
     if not isinstance(table, dict):
-        raise HeaderError(f"{file}: header is a JSON {type(table).__name__}, not an object")
+        raise HeaderError(f"{where}: header is a JSON {type(table).__name__}, not an object")
     data_start = 8 + len(raw)
     data_size = None if file_size is None else file_size - data_start
     metadata: dict[str, str] = {}
@@ -72,15 +76,15 @@ def parse_header(raw: bytes, file: str, file_size: int | None) -> tuple[dict[str
     for name, entry in table.items():
         if name == "__metadata__":
             if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
-                raise HeaderError(f"{file}: __metadata__ must map strings to strings")
+                raise HeaderError(f"{where}: __metadata__ must map strings to strings")
             metadata = dict(entry)
             continue
-        tensors[name] = _tensor(name, entry, file, data_start, data_size)
+        tensors[name] = _tensor(name, entry, file, where, data_start, data_size)
     return tensors, metadata
 
 
-def _tensor(name: str, entry: Any, file: str, data_start: int, data_size: int | None) -> TensorInfo:
-    where = f"{file}: tensor {name!r}"
+def _tensor(name: str, entry: Any, file: str, label: str, data_start: int, data_size: int | None) -> TensorInfo:
+    where = f"{label}: tensor {name!r}"
     if not isinstance(entry, dict):
         raise HeaderError(f"{where}: entry is not an object")
     dtype = entry.get("dtype")
