@@ -220,6 +220,18 @@ class LocalCluster:
         self._record_state()
         return self.info
 
+    def start_s3_only(self) -> S3Info:
+        """Just the S3 server (benchmarks and tools that need no Kubernetes); stop() ends it."""
+        path = self.bin_dir / "versitygw"
+        if not os.access(path, os.X_OK):
+            raise ComponentError("s3", f"binary not found at {path} (run hack/build-kube)")
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        try:
+            return self._start_s3()
+        except BaseException:
+            self.stop()
+            raise
+
     def stop(self) -> None:
         for name in reversed(list(self.processes)):
             self.processes[name].stop()

@@ -1,0 +1,65 @@
+"""The workloads lane: the real speculators 0.9.0 CLI (and its torch) in their own cached environment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ALGORITHMS = ("eagle3", "peagle", "dflash", "dspark")
+
+
+@pytest.fixture(scope="session")
+def workloads_env() -> Path:
+    env = os.environ.get("SPECULATOR_WORKLOADS_ENV")
+    if not env:
+        out = subprocess.run([str(REPO / "hack" / "workloads-env")], check=True, capture_output=True, text=True)
+        env = out.stdout.strip().splitlines()[-1]
+    return Path(env)
+
+
+def run_in(env: Path, *args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(env / "bin" / args[0]), *args[1:]], capture_output=True, text=True, cwd=cwd, timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
+                             f"{result.stderr[-3000:]}")  # fmt: skip
+    return result
+
+
+@pytest.fixture(scope="session")
+def dry_run_checkpoints(workloads_env: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Checkpoints written by the real `speculators train --dry-run` from a tiny local verifier."""
+    root = tmp_path_factory.mktemp("speculators")
+    verifier = root / "verifier"
+    run_in(workloads_env, "python", str(REPO / "tests" / "workloads" / "tiny_verifier.py"), str(verifier))
+    (root / "data").mkdir()
+    out = {"verifier": verifier}
+    common = [
+        "--verifier-name-or-path",
+        str(verifier),
+        "--data-path",
+        str(root / "data"),
+        "--log-dir",
+        str(root / "logs"),
+    ]
+    for algo in ALGORITHMS:
+        run_in(workloads_env, "speculators", "train", "--dry-run", "--speculator-type", algo,
+               "--save-path", str(root / algo), *common)  # fmt: skip
+        out[algo] = root / algo
+    # a pruned draft vocabulary (t2d/d2t) from vocab maps made here
+    run_in(workloads_env, "python", "-c", (
+        "import numpy as np; V, Vd = 512, 256; rng = np.random.default_rng(0); "
+        "ids = np.sort(rng.choice(V, Vd, replace=False)); t2d = np.zeros(V, bool); t2d[ids] = True; "
+        f"np.save('{root}/t2d.npy', t2d); np.save('{root}/d2t.npy', (ids - np.arange(Vd)).astype(np.int64))"
+    ))  # fmt: skip
+    run_in(workloads_env, "speculators", "train", "--dry-run", "--speculator-type", "eagle3",
+           "--save-path", str(root / "eagle3-pruned"), "--draft-vocab-size", "256",
+           "--d2t-path", str(root / "d2t.npy"), "--t2d-path", str(root / "t2d.npy"), *common)  # fmt: skip
+    out["eagle3-pruned"] = root / "eagle3-pruned"
+    return out
