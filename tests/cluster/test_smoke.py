@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import boto3
 import pytest
@@ -289,3 +291,31 @@ def test_s3_object_is_read_back_with_a_ranged_get(cluster: Cluster) -> None:
     assert part["Body"].read() == payload[1000:2000]
     listed = s3.list_objects_v2(Bucket=bucket, Prefix="models/")
     assert [o["Key"] for o in listed["Contents"]] == ["models/draft/model.safetensors"]
+
+
+def test_helm_installs_and_uninstalls_a_chart(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    helm = Path(cluster.kubectl_path).with_name("helm")
+    if not helm.exists():
+        pytest.skip(f"no helm beside {cluster.kubectl_path}")
+    chart = tmp_path / "smoke"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: smoke\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text("greeting: hello\n")
+    (chart / "templates" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-cm\n"
+        "data:\n  greeting: {{ .Values.greeting | quote }}\n"
+    )
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "HELM_CACHE_HOME": str(tmp_path / "hc"),
+           "HELM_CONFIG_HOME": str(tmp_path / "hcfg"), "HELM_DATA_HOME": str(tmp_path / "hd")}  # fmt: skip
+
+    def helm_run(*args: str) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run([str(helm), *args], capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out
+
+    helm_run("lint", str(chart))
+    helm_run("install", "demo", str(chart), "-n", namespace, "--set", "greeting=hi", "--wait", "--timeout", "60s")
+    data = cluster.kubectl("get", "configmap", "demo-cm", "-n", namespace, "-o", "jsonpath={.data.greeting}").stdout
+    assert data == "hi"
+    helm_run("uninstall", "demo", "-n", namespace, "--wait")
+    cluster.kubectl("wait", "-n", namespace, "--for=delete", "configmap/demo-cm", "--timeout=60s")
