@@ -110,7 +110,28 @@ class LocalSource:
         return data, size
 
 
-class S3Source:
+class _RangedSource:
+    """A remote source read by HTTP range requests; subclasses fetch one inclusive byte range."""
+
+    uri: str
+
+    def _fetch(self, name: str, start: int, end: int) -> tuple[bytes, int]:
+        """Bytes start..end (inclusive) of `name` and its total size; SourceError if it is not there."""
+        raise NotImplementedError
+
+    def read_small(self, name: str) -> bytes:
+        body, total = self._fetch(name, 0, MAX_SMALL_FILE)
+        if total > MAX_SMALL_FILE:
+            raise SourceError(f"{self.uri}/{name}: {total} bytes, too large for a config file")
+        return body
+
+    def read_range(self, name: str, start: int, length: int) -> tuple[bytes, int]:
+        if length <= 0:
+            return b"", 0
+        return self._fetch(name, start, start + length - 1)
+
+
+class S3Source(_RangedSource):
     """`s3://bucket/prefix`, read with boto3; the endpoint and keys come from the standard AWS variables."""
 
     def __init__(self, bucket: str, prefix: str, client: Any = None) -> None:
@@ -175,25 +196,14 @@ class S3Source:
             self.stats.requests += 1
         return True
 
-    def read_small(self, name: str) -> bytes:
+    def _fetch(self, name: str, start: int, end: int) -> tuple[bytes, int]:
         try:
-            body, total = self._get(name, f"bytes=0-{MAX_SMALL_FILE}")
-        except FileNotFoundError:
-            raise SourceError(f"{self.uri}/{name}: no such object") from None
-        if total > MAX_SMALL_FILE:
-            raise SourceError(f"{self.uri}/{name}: {total} bytes, too large for a config file")
-        return body
-
-    def read_range(self, name: str, start: int, length: int) -> tuple[bytes, int]:
-        if length <= 0:
-            return b"", 0
-        try:
-            return self._get(name, f"bytes={start}-{start + length - 1}")
+            return self._get(name, f"bytes={start}-{end}")
         except FileNotFoundError:
             raise SourceError(f"{self.uri}/{name}: no such object") from None
 
 
-class HfSource:
+class HfSource(_RangedSource):
     """`hf://org/repo[@revision]` through huggingface_hub: the revision is resolved to a commit sha first,
     and every read pins that sha. The hub endpoint and token come from HF_ENDPOINT / HF_TOKEN."""
 
@@ -248,16 +258,8 @@ class HfSource:
             total = int(match[1])
         return body, total
 
-    def read_small(self, name: str) -> bytes:
-        body, total = self._get(name, {"Range": f"bytes=0-{MAX_SMALL_FILE}"})
-        if total > MAX_SMALL_FILE:
-            raise SourceError(f"{self.uri}/{name}: {total} bytes, too large for a config file")
-        return body
-
-    def read_range(self, name: str, start: int, length: int) -> tuple[bytes, int]:
-        if length <= 0:
-            return b"", 0
-        return self._get(name, {"Range": f"bytes={start}-{start + length - 1}"})
+    def _fetch(self, name: str, start: int, end: int) -> tuple[bytes, int]:
+        return self._get(name, {"Range": f"bytes={start}-{end}"})
 
 
 def open_source(location: str) -> Source:
