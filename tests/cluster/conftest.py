@@ -11,10 +11,12 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from kubernetes import client, config
@@ -104,3 +106,33 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def operator_crds(cluster: Cluster) -> list[str]:
+    """The project's CRDs from crds/, applied once per session and Established."""
+    names = []
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+        names.append(path.name.split("_", 1)[1].removesuffix(".yaml") + "." + path.name.split("_", 1)[0])
+    for name in names:
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+        plural = name.split(".", 1)[0]
+        # Established comes a moment before discovery serves the new kind
+        eventually(lambda p=plural: cluster.kubectl("get", p, "-A", "-o", "name"), timeout=60)
+    return names
+
+
+T = TypeVar("T")
+
+
+def eventually(check: Callable[[], T], timeout: float = 60, interval: float = 0.5) -> T:
+    """Retry `check` until it returns without raising (an AssertionError or a kubectl failure)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(interval)

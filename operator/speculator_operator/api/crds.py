@@ -1,0 +1,94 @@
+"""The CustomResourceDefinitions, generated from the pydantic models (crds/ holds their YAML)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from speculator_operator.api.common import CATEGORY, GROUP, VERSION
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
+from speculator_operator.api.schema import structural
+
+
+def _crd(
+    kind: str, plural: str, short: str, spec: type[BaseModel], status: type[BaseModel], doc: str,
+    columns: list[dict[str, Any]],
+) -> dict[str, Any]:  # fmt: skip
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/part-of": "speculator-operator"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": [short],
+                "categories": [CATEGORY],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": doc,
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": structural(spec),
+                                "status": structural(status),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def col(name: str, path: str, type_: str = "string", priority: int = 0) -> dict[str, Any]:
+    column: dict[str, Any] = {"name": name, "type": type_, "jsonPath": path}
+    if priority:
+        column["priority"] = priority
+    return column
+
+
+def speculator_deployment_crd() -> dict[str, Any]:
+    return _crd(
+        "SpeculatorDeployment",
+        "speculatordeployments",
+        "sdep",
+        SpeculatorDeploymentSpec,
+        SpeculatorDeploymentStatus,
+        "A verifier model and its speculative-decoding draft served together by vLLM, audited before any "
+        "pod starts, rolled out together when the verifier moves.",
+        [
+            col("Phase", ".status.phase"),
+            col("Verifier", ".spec.verifier.model"),
+            col("Algorithm", ".status.algorithm"),
+            col("K", ".status.numSpeculativeTokens", "integer"),
+            col("vLLM", ".status.vllm"),
+            col("Ready", ".status.readyReplicas", "integer"),
+            col("Acceptance", ".status.acceptance.rate", "number"),
+            col("Age", ".metadata.creationTimestamp", "date"),
+            col("Revision", ".status.revision", priority=1),
+            col("Verifier-Rev", ".status.verifierRevision", priority=1),
+            col("Draft-Rev", ".status.draftRevision", priority=1),
+        ],
+    )
+
+
+def all_crds() -> dict[str, dict[str, Any]]:
+    """File name in crds/ -> CRD."""
+    return {f"{GROUP}_speculatordeployments.yaml": speculator_deployment_crd()}

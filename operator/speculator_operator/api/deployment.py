@@ -1,0 +1,177 @@
+"""SpeculatorDeployment: a verifier + draft pair served by vLLM, audited before any pod exists."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from speculator_operator.api.common import Condition, Model, SecretRef
+
+# Flags the operator renders itself; extraArgs may not touch them (the CRD's CEL rule says the same).
+OWNED_FLAGS = (
+    "--model", "--served-model-name", "--speculative-config", "-sc", "--spec-method", "--spec-model",
+    "--spec-tokens", "--tensor-parallel-size", "-tp", "--port", "--host", "--shutdown-timeout",
+    "--max-num-seqs", "--quantization", "-q", "--revision", "--tokenizer",
+)  # fmt: skip
+_OWNED_RE = "^(" + "|".join(OWNED_FLAGS) + ")(=.*)?$"  # a hyphen needs no escape outside [...]
+
+
+class Verifier(Model):
+    """The target model the draft speculates for."""
+
+    model: str = Field(
+        min_length=1,
+        max_length=512,
+        description="Hugging Face repo id (org/name or hf://org/name), s3://bucket/prefix, or pvc://claim/path.",
+    )
+    revision: str = Field(
+        default="main",
+        min_length=1,
+        max_length=255,
+        description="Branch, tag or commit of a hub model; the operator resolves it to a commit sha. "
+        "For s3:// and pvc:// sources the revision is a digest of config.json.",
+    )
+    quantization: str | None = Field(default=None, max_length=64, description="vLLM --quantization for the verifier.")
+    credentials: SecretRef | None = Field(
+        default=None,
+        description="Secret with HF_TOKEN and/or AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL.",
+    )
+
+
+class Speculator(Model):
+    """The draft: exactly one of source or fromTrainJob."""
+
+    source: str | None = Field(
+        default=None, max_length=512, description="Draft checkpoint: hf://org/repo[@rev], s3://bucket/prefix, pvc://."
+    )
+    from_train_job: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Name of a SpeculatorTrainJob in this namespace whose output to serve.",
+    )
+    credentials: SecretRef | None = Field(default=None, description="Secret for the draft's storage (as verifier).")
+
+
+class Cutoff(Model):
+    """Speculation is switched off for scheduler steps with more than maxBatchSize requests."""
+
+    max_batch_size: int = Field(ge=1, le=65536, description="Largest batch that still speculates.")
+
+
+class Serving(Model):
+    """How vLLM serves the pair."""
+
+    replicas: int = Field(default=1, ge=0, le=1024)
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="GPUs per replica (target TP).")
+    num_speculative_tokens: int | Literal["auto"] = Field(
+        default="auto",
+        description="K, drafted tokens per step (1..64), or auto: the checkpoint's own speculative_tokens.",
+        json_schema_extra={
+            "x-kubernetes-int-or-string": True,
+            "x-kubernetes-validations": [
+                {
+                    "rule": "type(self) == int ? (self >= 1 && self <= 64) : self == 'auto'",
+                    "message": "numSpeculativeTokens must be an integer in 1..64 or 'auto'",
+                }
+            ],
+        },
+    )
+    cutoff: Cutoff | None = Field(default=None, description="Switch speculation off above a batch size.")
+    max_num_seqs: int = Field(default=256, ge=1, le=65536, description="vLLM --max-num-seqs.")
+    served_model_name: str | None = Field(
+        default=None, max_length=253, description="Name clients use; default: the resource name."
+    )
+    resources: dict[str, dict[str, int | str]] | None = Field(
+        default=None, description="Container resources (limits/requests); GPUs default to tensorParallelSize."
+    )
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict[str, Any]] | None = Field(
+        default=None, json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="More vLLM arguments; flags the operator owns are refused.",
+        json_schema_extra={
+            "items": {"type": "string", "maxLength": 1024},
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self.all(a, !a.matches('{_OWNED_RE}') && !a.contains('disable_by_batch_size'))",
+                    "message": "extraArgs may not set flags the operator renders (" + ", ".join(OWNED_FLAGS) + ") "
+                    "nor disable_by_batch_size (removed in vLLM 0.17; use cutoff)",
+                }
+            ],
+        },
+    )
+    shutdown_timeout_seconds: int = Field(
+        default=60, ge=0, le=3600, description="vLLM drains this long on SIGTERM; the pod's grace period is longer."
+    )
+
+
+class UpgradePolicy(Model):
+    on_verifier_change: Literal["Redeploy", "Retrain", "Pause"] = Field(
+        default="Redeploy",
+        description="Redeploy: re-audit and roll verifier and draft together; Retrain: train a new draft first; "
+        "Pause: report VerifierCurrent=False and change nothing.",
+    )
+    poll_interval_seconds: int = Field(
+        default=600, ge=30, le=86400, description="How often the verifier revision is resolved again."
+    )
+
+
+class AuditPolicy(Model):
+    allow_lossy: bool = Field(default=False, description="Accept lossy proposals (verifier_accept_k > 1, ...).")
+
+
+class SpeculatorDeploymentSpec(Model):
+    verifier: Verifier
+    speculator: Speculator = Field(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.source) != has(self.fromTrainJob)",
+                    "message": "set exactly one of speculator.source or speculator.fromTrainJob",
+                }
+            ]
+        }
+    )
+    release: str | None = Field(default=None, max_length=64, description="Pinned release; default: the default one.")
+    # `default: {}` lets the API server fill in the nested defaults when the block is left out
+    serving: Serving = Field(default_factory=Serving, json_schema_extra={"default": {}})
+    upgrade_policy: UpgradePolicy = Field(default_factory=UpgradePolicy, json_schema_extra={"default": {}})
+    audit: AuditPolicy = Field(default_factory=AuditPolicy, json_schema_extra={"default": {}})
+
+
+class AuditSummary(Model):
+    ok: bool
+    errors: int = 0
+    warnings: int = 0
+    findings: list[dict[str, str]] = Field(
+        default_factory=list, description="Up to 20 findings: rule, severity, message."
+    )
+
+
+class Acceptance(Model):
+    rate: float | None = Field(default=None, description="Accepted / drafted tokens.")
+    mean_accepted_length: float | None = Field(default=None, description="1 + accepted / drafts.")
+    drafts: int | None = None
+    window_seconds: int | None = None
+
+
+class SpeculatorDeploymentStatus(Model):
+    phase: Literal["Pending", "Auditing", "Deploying", "Ready", "Degraded", "Failed"] | None = None
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    release: str | None = None
+    vllm: str | None = None
+    algorithm: str | None = None
+    num_speculative_tokens: int | None = None
+    verifier_revision: str | None = Field(default=None, description="The verifier commit sha (or config digest).")
+    draft_revision: str | None = Field(default=None, description="The draft commit sha (or config digest).")
+    revision: str | None = Field(default=None, description="Hash of verifier, draft, release and rendered config.")
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    updated_replicas: int | None = None
+    audit: AuditSummary | None = None
+    acceptance: Acceptance | None = None
