@@ -15,6 +15,7 @@ from speculator_operator import __version__
 from speculator_operator.checkpoint import AuditReport, CheckpointError, audit, load_verifier_config
 from speculator_operator.economics import break_even_alpha, cost_ratio, draft_forwards, verifier_active_parameters
 from speculator_operator.releases import ReleaseError, get_release, release_for
+from speculator_operator.render.serving import RenderError
 
 
 class UsageError(Exception):
@@ -53,6 +54,30 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--deep", action="store_true", help="also sample tensor data by ranged reads (NaN/zero checks)")
     a.add_argument("--format", choices=["text", "json"], default="text")
 
+    rd = sub.add_parser(
+        "render",
+        help="print the children a SpeculatorDeployment would get, without a cluster (GitOps preview)",
+        description="Render the Deployment, Service and PodDisruptionBudget for a SpeculatorDeployment manifest. "
+        "The draft's algorithm and K are read from its checkpoint (header-only) unless given.",
+    )
+    rd.add_argument("file", metavar="FILE", help="a SpeculatorDeployment manifest (YAML or JSON; - for stdin)")
+    rd.add_argument("--draft-algorithm", help="skip reading the checkpoint: its speculators_model_type")
+    rd.add_argument("--draft-tokens", type=int, help="skip reading the checkpoint: its speculative_tokens")
+    rd.add_argument("--verifier-revision", help="the resolved verifier commit (default: spec.verifier.revision)")
+    rd.add_argument("--namespace", default=None, help="namespace when the manifest has none (default: default)")
+
+    st = sub.add_parser("stage", help="(in pods) copy a checkpoint from s3:// or hf:// into a folder")
+    st.add_argument("source")
+    st.add_argument("dest")
+    st.add_argument("--revision")
+
+    sv = sub.add_parser("serve", help="(in pods) audit the staged draft, then exec vLLM with the given arguments")
+    sv.add_argument("--draft", required=True)
+    sv.add_argument("--verifier", required=True)
+    sv.add_argument("--release", required=True)
+    sv.add_argument("--allow-lossy", action="store_true")
+    sv.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then the vLLM arguments (serve MODEL ...)")
+
     c = sub.add_parser("crds", help="print the CustomResourceDefinitions (or write them into a folder)")
     c.add_argument("--output-dir", metavar="DIR", help="write one YAML file per CRD here (as in crds/)")
     return parser
@@ -75,6 +100,59 @@ def _crds(args: argparse.Namespace) -> int:
     else:
         print("---\n".join(yaml.safe_dump(crd, sort_keys=False) for crd in docs.values()), end="")
     return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    import yaml
+    from pydantic import ValidationError
+
+    from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+    from speculator_operator.render.serving import Draft, Inputs, render
+
+    text = sys.stdin.read() if args.file == "-" else _read_text(args.file)
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{args.file}: not YAML: {str(exc).splitlines()[0]}") from None
+    out = []
+    for doc in docs:
+        if not isinstance(doc, dict) or doc.get("kind") != "SpeculatorDeployment":
+            kind = doc.get("kind") if isinstance(doc, dict) else doc
+            raise UsageError(f"{args.file}: expected kind SpeculatorDeployment, got {kind!r}")
+        meta = doc.get("metadata") or {}
+        try:
+            spec = SpeculatorDeploymentSpec.model_validate(doc.get("spec") or {})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = "spec." + ".".join(str(p) for p in first["loc"])
+            raise UsageError(f"{args.file}: {where}: {first['msg']}") from None
+        release = get_release(spec.release)
+        if args.draft_algorithm and args.draft_tokens:
+            draft = Draft(args.draft_algorithm, args.draft_tokens)
+        elif spec.speculator.source:
+            report = audit(spec.speculator.source, release=release, allow_lossy=spec.audit.allow_lossy)
+            ck = report.checkpoint
+            if ck.algorithm is None or ck.speculative_tokens is None:
+                raise UsageError(f"{spec.speculator.source}: no speculators_model_type / speculative_tokens")
+            draft = Draft(ck.algorithm, ck.speculative_tokens, ck.revision)
+        else:
+            raise UsageError("speculator.fromTrainJob: pass --draft-algorithm and --draft-tokens to render offline")
+        name = meta.get("name") or "unnamed"
+        namespace = meta.get("namespace") or args.namespace or "default"
+        rendered = render(Inputs(name, namespace, spec, release, draft, args.verifier_revision))
+        out.extend(rendered.children)
+        for reason, message in rendered.notes:
+            print(f"# {name}: {reason}: {message}", file=sys.stderr)
+    print("---\n".join(yaml.safe_dump(d, sort_keys=False, width=120) for d in out), end="")
+    return 0
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}") from None
 
 
 def render_yaml(doc: Any) -> str:
@@ -171,9 +249,20 @@ def main(argv: list[str] | None = None) -> int:
             return _audit(args)
         if args.command == "crds":
             return _crds(args)
+        if args.command == "render":
+            return _render(args)
+        if args.command == "stage":
+            from speculator_operator.entrypoints import stage
+
+            return stage(args.source, args.dest, args.revision)
+        if args.command == "serve":
+            from speculator_operator.entrypoints import serve
+
+            rest = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
+            return serve(args.draft, args.verifier, args.release, rest, args.allow_lossy)
         parser.print_help(sys.stderr)
         return 2
-    except (UsageError, CheckpointError, ReleaseError) as exc:
+    except (UsageError, CheckpointError, ReleaseError, RenderError, ValueError) as exc:
         print(f"speculator-operator: {exc}" if not str(exc).startswith("speculator-operator") else exc, file=sys.stderr)
         return 2
 

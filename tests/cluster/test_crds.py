@@ -73,3 +73,16 @@ def test_invalid_specs_are_rejected_with_field_level_messages(
     assert out.returncode != 0
     assert field in out.stderr, out.stderr
     assert message in out.stderr, out.stderr
+
+
+def test_the_name_vllm_is_refused(cluster: Cluster, operator_crds: list[str], namespace: str) -> None:
+    out = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False, input=sdep("vllm", GOOD))
+    assert out.returncode != 0
+    assert "may not be named vllm" in out.stderr
+
+
+def test_sources_must_name_a_supported_scheme(cluster: Cluster, operator_crds: list[str], namespace: str) -> None:
+    bad = {**GOOD, "speculator": {"source": "ftp://host/draft"}}
+    out = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False, input=sdep("bad", bad))
+    assert out.returncode != 0
+    assert "spec.speculator.source: Invalid value" in out.stderr

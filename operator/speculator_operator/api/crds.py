@@ -13,7 +13,7 @@ from speculator_operator.api.schema import structural
 
 def _crd(
     kind: str, plural: str, short: str, spec: type[BaseModel], status: type[BaseModel], doc: str,
-    columns: list[dict[str, Any]],
+    columns: list[dict[str, Any]], root_rules: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -49,6 +49,7 @@ def _crd(
                                 "spec": structural(spec),
                                 "status": structural(status),
                             },
+                            **({"x-kubernetes-validations": root_rules} if root_rules else {}),
                         }
                     },
                 }
@@ -85,6 +86,13 @@ def speculator_deployment_crd() -> dict[str, Any]:
             col("Revision", ".status.revision", priority=1),
             col("Verifier-Rev", ".status.verifierRevision", priority=1),
             col("Draft-Rev", ".status.draftRevision", priority=1),
+        ],
+        root_rules=[
+            {
+                "rule": "self.metadata.name != 'vllm'",
+                "message": "a SpeculatorDeployment may not be named vllm: its Service would inject VLLM_PORT into "
+                "pods and stop vLLM at start-up",
+            }
         ],
     )
 

@@ -23,6 +23,7 @@ class Verifier(Model):
     model: str = Field(
         min_length=1,
         max_length=512,
+        pattern=r"^((hf://)?[A-Za-z0-9][\w.-]*/[\w.-]+|s3://[a-z0-9][a-z0-9.-]*(/.*)?|pvc://[a-z0-9][a-z0-9.-]*(/.*)?)$",
         description="Hugging Face repo id (org/name or hf://org/name), s3://bucket/prefix, or pvc://claim/path.",
     )
     revision: str = Field(
@@ -43,7 +44,10 @@ class Speculator(Model):
     """The draft: exactly one of source or fromTrainJob."""
 
     source: str | None = Field(
-        default=None, max_length=512, description="Draft checkpoint: hf://org/repo[@rev], s3://bucket/prefix, pvc://."
+        default=None,
+        max_length=512,
+        pattern=r"^(hf://[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?|s3://[a-z0-9][a-z0-9.-]*(/.*)?|pvc://[a-z0-9][a-z0-9.-]*(/.*)?)$",
+        description="Draft checkpoint: hf://org/repo[@revision], s3://bucket/prefix or pvc://claim/path.",
     )
     from_train_job: str | None = Field(
         default=None,

@@ -1,0 +1,304 @@
+"""Pure builders of a SpeculatorDeployment's children: the vLLM command line for the pinned release,
+the Deployment, the Service and the PodDisruptionBudget.
+
+Facts (shared/reference/vllm.md): the long form with an explicit `method` is the only safe form
+(path heuristics otherwise pick `draft_model`); `num_speculative_tokens` must be given; P-EAGLE is
+eagle3 + parallel_drafting; the DFlash family serves as dflash; the load cut-off is
+`num_speculative_tokens_per_batch_size` from vLLM 0.24 and `disable_by_batch_size` must never be
+emitted (removed in 0.17, fatal at start-up since); a Service named `vllm` injects VLLM_PORT and
+breaks start-up; SIGTERM drains for --shutdown-timeout seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from speculator_operator.api.common import API_VERSION
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.economics import schedule_from_cutoff
+from speculator_operator.releases import Release, has_per_batch_size_schedule, supports
+
+PORT = 8000
+DRAFT_DIR = "/models/draft"
+VERIFIER_DIR = "/models/verifier"
+SHM_SIZE = "16Gi"
+SHM = "/dev/shm"  # noqa: S108 - a memory-backed volume for NCCL and the data loaders, not a temp file
+GPU = "nvidia.com/gpu"
+MANAGED_BY = "speculator-operator"
+
+METHOD = {"eagle3": "eagle3", "peagle": "eagle3", "dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
+
+
+class RenderError(ValueError):
+    """The spec cannot be served as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class Draft:
+    """What the audit learned about the draft checkpoint."""
+
+    algorithm: str
+    speculative_tokens: int
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    name: str
+    namespace: str
+    spec: SpeculatorDeploymentSpec
+    release: Release
+    draft: Draft
+    verifier_revision: str | None = None
+    owner_uid: str | None = None
+    draft_source: str | None = None  # the resolved checkpoint when the spec names a SpeculatorTrainJob
+
+
+@dataclass
+class Rendered:
+    children: list[dict[str, Any]]
+    vllm_args: list[str]
+    speculative_config: dict[str, Any]
+    revision: str
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (reason, message) for conditions
+
+
+def num_speculative_tokens(spec: SpeculatorDeploymentSpec, draft: Draft) -> int:
+    k = spec.serving.num_speculative_tokens
+    return draft.speculative_tokens if k == "auto" else int(k)
+
+
+def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The long-form --speculative-config for the pinned vLLM, and notes for conditions."""
+    algo, vllm = inputs.draft.algorithm, inputs.release.vllm_version
+    if algo == "mtp":
+        raise RenderError("an mtp checkpoint is not a loadable draft: stitch it into the verifier (stitch-mtp)")
+    if algo not in METHOD:
+        raise RenderError(f"vLLM {vllm} has no drafter for {algo!r}")
+    k = num_speculative_tokens(inputs.spec, inputs.draft)
+    config: dict[str, Any] = {"method": METHOD[algo], "model": draft_path, "num_speculative_tokens": k}
+    if algo == "peagle":
+        if not supports(vllm, "parallel_drafting"):
+            raise RenderError(f"P-EAGLE needs parallel_drafting (vLLM >= 0.16), the release pins {vllm}")
+        config["parallel_drafting"] = True
+    notes: list[tuple[str, str]] = []
+    cutoff = inputs.spec.serving.cutoff
+    if cutoff is not None:
+        if has_per_batch_size_schedule(vllm):
+            schedule = schedule_from_cutoff(k, cutoff.max_batch_size, inputs.spec.serving.max_num_seqs)
+            config["num_speculative_tokens_per_batch_size"] = schedule.as_list()
+        else:
+            notes.append(("CutoffUnsupported", f"vLLM {vllm} has no num_speculative_tokens_per_batch_size (>= 0.24); "
+                          "speculation stays on at every batch size"))  # fmt: skip
+    return config, notes
+
+
+def labels(name: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "speculator-deployment",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "speculators.dev/deployment": name,
+    }
+
+
+def _owner(inputs: Inputs) -> list[dict[str, Any]]:
+    if not inputs.owner_uid:
+        return []
+    return [{"apiVersion": API_VERSION, "kind": "SpeculatorDeployment", "name": inputs.name, "uid": inputs.owner_uid,
+             "controller": True, "blockOwnerDeletion": True}]  # fmt: skip
+
+
+def _meta(inputs: Inputs, name: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": inputs.namespace, "labels": labels(inputs.name)}
+    owner = _owner(inputs)
+    if owner:
+        meta["ownerReferences"] = owner
+    return meta
+
+
+def pvc_volume(uri: str, name: str, mount: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, volumeMount) for pvc://claim/sub/path, mounted read-only at `mount`."""
+    claim, _, sub = uri.removeprefix("pvc://").partition("/")
+    mount_spec: dict[str, Any] = {"name": name, "mountPath": mount, "readOnly": True}
+    if sub.strip("/"):
+        mount_spec["subPath"] = sub.strip("/")
+    return {"name": name, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}, mount_spec
+
+
+def _verifier_location(inputs: Inputs) -> tuple[str, list[str]]:
+    """What vLLM is given as the model, and the extra args that pin it."""
+    model = inputs.spec.verifier.model
+    if model.startswith(("s3://", "pvc://")):
+        return VERIFIER_DIR, []
+    repo = model.removeprefix("hf://")
+    revision = inputs.verifier_revision or inputs.spec.verifier.revision
+    return repo, ["--revision", revision]
+
+
+def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any], list[tuple[str, str]]]:
+    spec = inputs.spec
+    config, notes = speculative_config(inputs, DRAFT_DIR)
+    model, pin = _verifier_location(inputs)
+    args = [
+        "serve", model, *pin,
+        "--served-model-name", spec.serving.served_model_name or inputs.name,
+        "--host", "0.0.0.0",  # noqa: S104 - inside the pod; the Service is the way in
+        "--port", str(PORT),
+        "--tensor-parallel-size", str(spec.serving.tensor_parallel_size),
+        "--max-num-seqs", str(spec.serving.max_num_seqs),
+        "--shutdown-timeout", str(spec.serving.shutdown_timeout_seconds),
+        "--speculative-config", json.dumps(config, separators=(",", ":"), sort_keys=True),
+    ]  # fmt: skip
+    if spec.verifier.quantization:
+        args += ["--quantization", spec.verifier.quantization]
+    return [*args, *spec.serving.extra_args], config, notes
+
+
+def revision_hash(inputs: Inputs, args: list[str]) -> str:
+    """One hash over everything that must move together: verifier, draft, release, rendered command."""
+    payload = {
+        "verifier": [inputs.spec.verifier.model, inputs.verifier_revision or inputs.spec.verifier.revision],
+        "draft": [
+            inputs.draft_source or inputs.spec.speculator.source or inputs.spec.speculator.from_train_job,
+            inputs.draft.revision,
+        ],
+        "release": inputs.release.name,
+        "args": args,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _env_from(inputs: Inputs) -> list[dict[str, Any]]:
+    secrets = {s.name for s in (inputs.spec.verifier.credentials, inputs.spec.speculator.credentials) if s}
+    return [{"secretRef": {"name": name}} for name in sorted(secrets)]
+
+
+def _stage(inputs: Inputs, source: str, dest: str, what: str, revision: str | None) -> dict[str, Any]:
+    args = ["stage", source, dest]
+    if revision:
+        args += ["--revision", revision]
+    return {
+        "name": f"stage-{what}",
+        "image": inputs.release.image("server"),
+        "command": ["speculator-operator"],
+        "args": args,
+        "envFrom": _env_from(inputs),
+        "volumeMounts": [{"name": "models", "mountPath": "/models"}],
+    }
+
+
+def render(inputs: Inputs) -> Rendered:
+    spec, name = inputs.spec, inputs.name
+    if name == "vllm":
+        raise RenderError("a SpeculatorDeployment may not be named vllm (its Service would inject VLLM_PORT)")
+    args, config, notes = vllm_args(inputs)
+    revision = revision_hash(inputs, args)
+    tp = spec.serving.tensor_parallel_size
+    resources = {k: dict(v) for k, v in (spec.serving.resources or {}).items()}
+    resources.setdefault("limits", {}).setdefault(GPU, tp)
+    resources.setdefault("requests", {}).setdefault(GPU, resources["limits"][GPU])
+    init = []
+    volumes: list[dict[str, Any]] = [
+        {"name": "models", "emptyDir": {}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
+    ]
+    mounts: list[dict[str, Any]] = [{"name": "models", "mountPath": "/models"}, {"name": "dshm", "mountPath": SHM}]
+    source = inputs.draft_source or spec.speculator.source or ""
+    if source.startswith(("s3://", "hf://")):
+        init.append(_stage(inputs, source, DRAFT_DIR, "draft", inputs.draft.revision))
+    elif source.startswith("pvc://"):
+        volume, mount = pvc_volume(source, "draft", DRAFT_DIR)
+        volumes.append(volume)
+        mounts.append(mount)
+    else:
+        raise RenderError(f"speculator source {source!r}: expected hf://, s3:// or pvc://")
+    if spec.verifier.model.startswith("s3://"):
+        init.append(_stage(inputs, spec.verifier.model, VERIFIER_DIR, "verifier", inputs.verifier_revision))
+    elif spec.verifier.model.startswith("pvc://"):
+        volume, mount = pvc_volume(spec.verifier.model, "verifier", VERIFIER_DIR)
+        volumes.append(volume)
+        mounts.append(mount)
+    # what the entrypoint audits the draft against: the mounted/staged copy, or the pinned hub commit
+    if spec.verifier.model.startswith(("s3://", "pvc://")):
+        served_verifier = VERIFIER_DIR
+    else:
+        served_verifier = (
+            f"hf://{spec.verifier.model.removeprefix('hf://')}@{inputs.verifier_revision or spec.verifier.revision}"
+        )
+    container = {
+        "name": "vllm",
+        "image": inputs.release.image("server"),
+        # the entrypoint audits the staged draft once more, then execs vLLM with exactly these arguments
+        "command": [
+            "speculator-operator",
+            "serve",
+            "--draft",
+            DRAFT_DIR,
+            "--verifier",
+            served_verifier,
+            "--release",
+            inputs.release.name,
+            "--",
+        ],
+        "args": args,
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "env": [
+            {"name": "HF_HOME", "value": "/models/hf-home"},
+            {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        ],
+        "envFrom": _env_from(inputs),
+        "resources": resources,
+        "volumeMounts": mounts,
+        "startupProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 180,
+        },  # loading big models takes a while: up to 30 min
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 6},
+    }
+    tolerations = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}, *(spec.serving.tolerations or [])]
+    pod_labels = {**labels(name), "speculators.dev/revision": revision}
+    pod: dict[str, Any] = {
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": spec.serving.shutdown_timeout_seconds + 30,
+        "initContainers": init,
+        "containers": [container],
+        "tolerations": tolerations,
+        "volumes": volumes,
+    }
+    if not init:
+        del pod["initContainers"]
+    if spec.serving.node_selector:
+        pod["nodeSelector"] = dict(spec.serving.node_selector)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {**_meta(inputs, name), "annotations": {"speculators.dev/revision": revision}},
+        "spec": {
+            "replicas": spec.serving.replicas,
+            "selector": {"matchLabels": labels(name)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": {"speculators.dev/revision": revision}},
+                "spec": pod,
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(inputs, name),
+        "spec": {"selector": labels(name), "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]},
+    }
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(inputs, name),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels(name)}},
+    }
+    return Rendered([deployment, service, pdb], args, config, revision, notes)

@@ -1,0 +1,112 @@
+"""The serving renderer: the long-form command for the pinned vLLM and the pod around it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.releases import RELEASES, Release, get_release
+from speculator_operator.render.serving import Draft, Inputs, RenderError, render
+
+
+def spec(**serving: Any) -> SpeculatorDeploymentSpec:
+    return SpeculatorDeploymentSpec.model_validate(
+        {
+            "verifier": {"model": "Qwen/Qwen3-8B", "revision": "main"},
+            "speculator": {"source": "hf://acme/draft"},
+            "serving": serving,
+        }
+    )
+
+
+def rendered(algo: str = "eagle3", k: int = 3, release: Release | None = None, **serving: Any) -> Any:
+    return render(Inputs("qwen", "ns", spec(**serving), release or get_release(), Draft(algo, k, "d" * 40),
+                         "v" * 40, "uid-1"))  # fmt: skip
+
+
+def spec_config(r: Any) -> dict[str, Any]:
+    args = r.vllm_args
+    return json.loads(args[args.index("--speculative-config") + 1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("algo", "k", "method", "extra"),
+    [("eagle3", 3, "eagle3", {}), ("peagle", 8, "eagle3", {"parallel_drafting": True}),
+     ("dflash", 15, "dflash", {}), ("dflash2", 7, "dflash", {}), ("dspark", 8, "dspark", {})],
+)  # fmt: skip
+def test_method_and_k_are_explicit(algo: str, k: int, method: str, extra: dict[str, Any]) -> None:
+    config = spec_config(rendered(algo, k))
+    assert config == {"method": method, "model": "/models/draft", "num_speculative_tokens": k, **extra}
+
+
+def test_k_override_and_cutoff_schedule() -> None:
+    r = rendered("eagle3", 3, numSpeculativeTokens=5, cutoff={"maxBatchSize": 32}, maxNumSeqs=128)
+    config = spec_config(r)
+    assert config["num_speculative_tokens"] == 5
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 32, 5], [33, 128, 0]]
+    assert "disable_by_batch_size" not in " ".join(r.vllm_args)
+    assert r.notes == []
+
+
+def test_cutoff_on_a_vllm_without_schedules_is_a_note_not_a_removed_flag() -> None:
+    old = Release(**{**RELEASES["2026.11-vllm0.32"].__dict__, "name": "old", "vllm": "0.22.0"})
+    r = rendered("eagle3", 3, release=old, cutoff={"maxBatchSize": 32})
+    assert "num_speculative_tokens_per_batch_size" not in spec_config(r)
+    assert "disable_by_batch_size" not in " ".join(r.vllm_args)
+    assert r.notes[0][0] == "CutoffUnsupported"
+
+
+def test_mtp_and_unknown_algorithms_are_refused() -> None:
+    with pytest.raises(RenderError, match="stitch"):
+        rendered("mtp", 3)
+    with pytest.raises(RenderError, match="no drafter"):
+        rendered("xpress", 3)
+
+
+def test_pod_shape() -> None:
+    r = rendered("dflash", 15, replicas=2, tensorParallelSize=2, shutdownTimeoutSeconds=90)
+    deployment, service, pdb = r.children
+    assert [c["kind"] for c in r.children] == ["Deployment", "Service", "PodDisruptionBudget"]
+    pod = deployment["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert pod["enableServiceLinks"] is False
+    assert pod["terminationGracePeriodSeconds"] > 90
+    args = c["args"]
+    assert args[:4] == ["serve", "Qwen/Qwen3-8B", "--revision", "v" * 40]  # the resolved verifier commit
+    assert args[args.index("--shutdown-timeout") + 1] == "90"
+    assert args[args.index("--served-model-name") + 1] == "qwen"
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert c["command"][:2] == ["speculator-operator", "serve"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"]["path"] == "/health"
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    (init,) = pod["initContainers"]
+    assert init["args"][:3] == ["stage", "hf://acme/draft", "/models/draft"]
+    assert service["metadata"]["name"] == "qwen"
+    assert service["metadata"]["name"] != "vllm"
+    assert pdb["spec"]["maxUnavailable"] == 1
+    for child in r.children:
+        assert child["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_revision_moves_with_the_verifier_and_the_draft() -> None:
+    base = rendered()
+    s = spec()
+    other_verifier = render(Inputs("qwen", "ns", s, get_release(), Draft("eagle3", 3, "d" * 40), "w" * 40, "u"))
+    other_draft = render(Inputs("qwen", "ns", s, get_release(), Draft("eagle3", 3, "e" * 40), "v" * 40, "u"))
+    same = render(Inputs("qwen", "ns", s, get_release(), Draft("eagle3", 3, "d" * 40), "v" * 40, "other-uid"))
+    assert len({base.revision, other_verifier.revision, other_draft.revision}) == 3
+    assert same.revision == base.revision
+    pod_meta = base.children[0]["spec"]["template"]["metadata"]
+    assert pod_meta["labels"]["speculators.dev/revision"] == base.revision
+
+
+def test_name_vllm_is_refused() -> None:
+    with pytest.raises(RenderError, match="VLLM_PORT"):
+        render(Inputs("vllm", "ns", spec(), get_release(), Draft("eagle3", 3)))
