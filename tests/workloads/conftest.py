@@ -33,6 +33,16 @@ def run_in(env: Path, *args: str, cwd: Path | None = None, timeout: float = 600)
 
 
 @pytest.fixture(scope="session")
+def vllm_env() -> Path:
+    env = os.environ.get("SPECULATOR_VLLM_ENV")
+    if not env:
+        out = subprocess.run([str(REPO / "hack" / "workloads-env"), "vllm"], check=True, capture_output=True,
+                             text=True)  # fmt: skip
+        env = out.stdout.strip().splitlines()[-1]
+    return Path(env)
+
+
+@pytest.fixture(scope="session")
 def dry_run_checkpoints(workloads_env: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Checkpoints written by the real `speculators train --dry-run` from a tiny local verifier."""
     root = tmp_path_factory.mktemp("speculators")

@@ -18,21 +18,9 @@ from speculator_operator.economics import schedule_from_cutoff
 from speculator_operator.localcluster.cluster import free_port, tail
 from speculator_operator.releases import get_release, has_disable_by_batch_size, has_per_batch_size_schedule
 
-from .conftest import REPO
-
 pytestmark = pytest.mark.workloads
 
 STARTUP_TIMEOUT = 480.0
-
-
-@pytest.fixture(scope="session")
-def vllm_env() -> Path:
-    env = os.environ.get("SPECULATOR_VLLM_ENV")
-    if not env:
-        out = subprocess.run([str(REPO / "hack" / "workloads-env"), "vllm"], check=True, capture_output=True,
-                             text=True)  # fmt: skip
-        env = out.stdout.strip().splitlines()[-1]
-    return Path(env)
 
 
 class Server:

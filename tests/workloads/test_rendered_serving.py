@@ -1,0 +1,108 @@
+"""The rendered serving command, run for real: `speculator-operator serve` audits the draft, then execs the
+vLLM CPU build with exactly the rendered arguments (mount points replaced by the local folders the
+volumes would hold, the listen address by 127.0.0.1)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.checkpoint import load_checkpoint
+from speculator_operator.entrypoints import LAUNCHER_ENV, PYTHON_ENV
+from speculator_operator.localcluster.cluster import free_port, tail
+from speculator_operator.releases import get_release
+from speculator_operator.render.serving import DRAFT_DIR, VERIFIER_DIR, Draft, Inputs, render
+
+from .test_vllm_cpu import Server, post
+
+pytestmark = pytest.mark.workloads
+
+
+def pod_command(ckpt: Path, verifier: Path, **serving: Any) -> tuple[list[str], list[str]]:
+    spec = SpeculatorDeploymentSpec.model_validate(
+        {
+            "verifier": {"model": "pvc://models/tiny-verifier"},
+            "speculator": {"source": "pvc://models/draft"},
+            # what a CPU needs, through the spec's own escape hatch
+            "serving": {"extraArgs": ["--enforce-eager", "--max-model-len", "512"], "maxNumSeqs": 8, **serving},
+        }
+    )
+    ck = load_checkpoint(str(ckpt))
+    assert ck.algorithm is not None
+    assert ck.speculative_tokens is not None
+    r = render(Inputs("tiny", "default", spec, get_release(), Draft(ck.algorithm, ck.speculative_tokens)))
+    (container,) = r.children[0]["spec"]["template"]["spec"]["containers"]
+    port = str(free_port())
+
+    def local(arg: str) -> str:
+        return arg.replace(DRAFT_DIR, str(ckpt)).replace(VERIFIER_DIR, str(verifier))
+
+    command = [local(a) for a in container["command"]]
+    args = [local(a) for a in container["args"]]
+    args[args.index("--host") + 1] = "127.0.0.1"
+    args[args.index("--port") + 1] = port
+    return command, args
+
+
+class RenderedServer(Server):
+    def __init__(self, vllm_env: Path, command: list[str], args: list[str], log: Path) -> None:
+        self.port = int(args[args.index("--port") + 1])
+        self.log = log
+        exe = str(Path(sys.executable).with_name(command[0]))
+        env = {**os.environ, LAUNCHER_ENV: "api-server", PYTHON_ENV: str(vllm_env / "bin" / "python"),
+               "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+               "OMP_NUM_THREADS": "2"}  # fmt: skip
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen([exe, *command[1:], *args], stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True, env=env)  # fmt: skip
+
+
+@pytest.mark.parametrize("algo", ["eagle3", "dflash"])
+def test_rendered_command_serves_with_spec_decode(
+    vllm_env: Path, dry_run_checkpoints: dict[str, Path], tmp_path: Path, algo: str
+) -> None:
+    command, args = pod_command(dry_run_checkpoints[algo], dry_run_checkpoints["verifier"], cutoff={"maxBatchSize": 4})
+    assert "num_speculative_tokens_per_batch_size" in args[args.index("--speculative-config") + 1]
+    server = RenderedServer(vllm_env, command, args, tmp_path / "serve.log")
+    try:
+        server.wait_healthy()
+        log = (tmp_path / "serve.log").read_text(errors="replace")
+        assert "serve: audit ok" in log
+        out = post(server.url("/v1/completions"), {"model": "tiny", "prompt": "the verifier", "max_tokens": 8})
+        assert out["choices"]
+        import urllib.request
+
+        with urllib.request.urlopen(server.url("/metrics"), timeout=10) as resp:
+            metrics = resp.read().decode()
+        assert "vllm:spec_decode_num_draft_tokens_total" in metrics
+        assert 'model_name="tiny"' in metrics
+    finally:
+        server.stop()
+
+
+def test_a_draft_that_fails_the_audit_never_starts_vllm(
+    vllm_env: Path, dry_run_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    import json
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(dry_run_checkpoints["dflash"], bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = 16
+    (bad / "config.json").write_text(json.dumps(config))
+    command, args = pod_command(bad, dry_run_checkpoints["verifier"])
+    server = RenderedServer(vllm_env, command, args, tmp_path / "serve.log")
+    try:
+        assert server.wait_exit() == 1
+        log = tail(tmp_path / "serve.log", 40)
+        assert "speculative-tokens" in log
+        assert "not starting vLLM" in log
+    finally:
+        server.stop()
