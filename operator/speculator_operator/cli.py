@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--allow-lossy", action="store_true")
     sv.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then the vLLM arguments (serve MODEL ...)")
 
+    rn = sub.add_parser("run", help="run the operator (kopf) against the cluster of KUBECONFIG or in-cluster")
+    scope = rn.add_mutually_exclusive_group()
+    scope.add_argument("--namespace", "-n", action="append", help="watch these namespaces (repeatable)")
+    scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch the whole cluster (default)")
+    rn.add_argument("--standalone", action="store_true", help="no peering with other operator instances")
+    rn.add_argument("--liveness", metavar="URL", help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+
     c = sub.add_parser("crds", help="print the CustomResourceDefinitions (or write them into a folder)")
     c.add_argument("--output-dir", metavar="DIR", help="write one YAML file per CRD here (as in crds/)")
     return parser
@@ -251,6 +258,18 @@ def main(argv: list[str] | None = None) -> int:
             return _crds(args)
         if args.command == "render":
             return _render(args)
+        if args.command == "run":
+            import kopf
+
+            import speculator_operator.controllers  # noqa: F401  (registers the handlers)
+
+            kopf.run(
+                standalone=args.standalone,
+                namespaces=args.namespace or (),
+                clusterwide=not args.namespace,
+                liveness_endpoint=args.liveness,
+            )
+            return 0
         if args.command == "stage":
             from speculator_operator.entrypoints import stage
 

@@ -35,7 +35,7 @@ class Cluster:
     s3: S3Info | None
 
     def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300
     ) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         result = subprocess.run(

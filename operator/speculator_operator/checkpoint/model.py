@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,10 +163,10 @@ class Checkpoint:
         }
 
 
-def load_checkpoint(location: str | Source) -> Checkpoint:
+def load_checkpoint(location: str | Source, credentials: Mapping[str, str] | None = None) -> Checkpoint:
     """Read config.json and every safetensors header, header only."""
     try:
-        source = open_source(location) if isinstance(location, str) else location
+        source = open_source(location, credentials) if isinstance(location, str) else location
     except SourceError as exc:
         raise CheckpointError(str(exc)) from None
     try:
@@ -213,7 +214,9 @@ def load_checkpoint(location: str | Source) -> Checkpoint:
     )
 
 
-def load_verifier_config(location: str) -> tuple[dict[str, Any], str | None]:
+def load_verifier_config(
+    location: str, credentials: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], str | None]:
     """A verifier's config.json from a folder, s3:// or hf://, or a JSON file; and its revision."""
     if not re.match(r"^[a-z][a-z0-9+.-]*://", location) and location.endswith(".json"):
         try:
@@ -222,7 +225,7 @@ def load_verifier_config(location: str) -> tuple[dict[str, Any], str | None]:
         except OSError as exc:
             raise CheckpointError(f"{location}: {exc.strerror or exc}") from None
     try:
-        source = open_source(location)
+        source = open_source(location, credentials)
         config = _json_object(source.read_small("config.json"), f"{source.uri}/config.json")
     except SourceError as exc:
         raise CheckpointError(str(exc)) from None

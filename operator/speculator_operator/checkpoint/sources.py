@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -134,7 +135,9 @@ class _RangedSource:
 class S3Source(_RangedSource):
     """`s3://bucket/prefix`, read with boto3; the endpoint and keys come from the standard AWS variables."""
 
-    def __init__(self, bucket: str, prefix: str, client: Any = None) -> None:
+    def __init__(
+        self, bucket: str, prefix: str, client: Any = None, credentials: Mapping[str, str] | None = None
+    ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
@@ -144,7 +147,16 @@ class S3Source(_RangedSource):
             import boto3
             from botocore.config import Config
 
-            client = boto3.client("s3", config=Config(retries={"max_attempts": 3, "mode": "standard"}))
+            creds = credentials or {}
+            client = boto3.client(
+                "s3",
+                endpoint_url=creds.get("AWS_ENDPOINT_URL_S3") or creds.get("AWS_ENDPOINT_URL") or None,
+                aws_access_key_id=creds.get("AWS_ACCESS_KEY_ID") or None,
+                aws_secret_access_key=creds.get("AWS_SECRET_ACCESS_KEY") or None,
+                aws_session_token=creds.get("AWS_SESSION_TOKEN") or None,
+                region_name=creds.get("AWS_DEFAULT_REGION") or creds.get("AWS_REGION") or None,
+                config=Config(retries={"max_attempts": 3, "mode": "standard"}),
+            )
         self.client = client
 
     def _key(self, name: str) -> str:
@@ -207,14 +219,18 @@ class HfSource(_RangedSource):
     """`hf://org/repo[@revision]` through huggingface_hub: the revision is resolved to a commit sha first,
     and every read pins that sha. The hub endpoint and token come from HF_ENDPOINT / HF_TOKEN."""
 
-    def __init__(self, repo_id: str, revision: str | None) -> None:
+    def __init__(self, repo_id: str, revision: str | None, credentials: Mapping[str, str] | None = None) -> None:
         from huggingface_hub import HfApi
 
+        creds = credentials or {}
         self.repo_id = repo_id
         self.requested_revision = revision or "main"
         self.uri = f"hf://{repo_id}" + (f"@{revision}" if revision else "")
         self.stats = ReadStats()
-        self.api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=os.environ.get("HF_TOKEN") or None)
+        self.api = HfApi(
+            endpoint=creds.get("HF_ENDPOINT") or os.environ.get("HF_ENDPOINT") or None,
+            token=creds.get("HF_TOKEN") or os.environ.get("HF_TOKEN") or None,
+        )
         try:
             info = self.api.model_info(repo_id, revision=self.requested_revision, files_metadata=False)
         except Exception as exc:  # huggingface_hub raises many types: all mean "cannot read it"
@@ -262,20 +278,23 @@ class HfSource(_RangedSource):
         return self._get(name, {"Range": f"bytes={start}-{end}"})
 
 
-def open_source(location: str) -> Source:
-    """A Source for a local path, `s3://bucket/prefix` or `hf://org/repo[@revision]`."""
+def open_source(location: str, credentials: Mapping[str, str] | None = None) -> Source:
+    """A Source for a local path, `s3://bucket/prefix` or `hf://org/repo[@revision]`.
+
+    `credentials` (e.g. a Secret's data) take the place of the process environment: AWS_ACCESS_KEY_ID,
+    AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_DEFAULT_REGION, HF_TOKEN, HF_ENDPOINT."""
     if location.startswith("s3://"):
         rest = location[len("s3://") :]
         bucket, _, prefix = rest.partition("/")
         if not bucket:
             raise SourceError(f"{location}: no bucket name")
-        return S3Source(bucket, prefix)
+        return S3Source(bucket, prefix, credentials=credentials)
     if location.startswith("hf://"):
         rest = location[len("hf://") :]
         repo, _, revision = rest.partition("@")
         if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
             raise SourceError(f"{location}: expected hf://org/repo[@revision]")
-        return HfSource(repo, revision or None)
+        return HfSource(repo, revision or None, credentials)
     if re.match(r"^[a-z][a-z0-9+.-]*://", location):
         raise SourceError(f"{location}: unsupported scheme (use a local path, s3:// or hf://)")
     return LocalSource(Path(location))

@@ -1,0 +1,35 @@
+"""The operator: kopf handlers, one module per kind. `kopf run -m speculator_operator.controllers`
+(or `speculator-operator run`) starts them."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import kopf
+from kubernetes import config as kube_config
+
+from speculator_operator.controllers import deployment  # noqa: F401  (registers the handlers)
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In a pod: the service account; elsewhere: the KUBECONFIG read now (not at import time)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # handler state lives in our own annotations; only warnings become Events (each Event is a write)
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="speculators.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="speculators.dev", key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 270
+    try:
+        kube_config.load_incluster_config()
+    except kube_config.ConfigException:
+        # the client reads KUBECONFIG once, at import: pass it explicitly so a later setting counts
+        kube_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))

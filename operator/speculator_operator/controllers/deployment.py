@@ -1,0 +1,209 @@
+"""kopf handlers for SpeculatorDeployment: read -> plan -> apply -> status. No decisions live here."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+from typing import Any, cast
+
+import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from pydantic import ValidationError
+
+from speculator_operator.api.common import GROUP, VERSION
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoint, load_verifier_config
+from speculator_operator.reconcile.deployment import Observed, Plan, failed, plan, refresh_serving
+from speculator_operator.releases import ReleaseError, get_release
+from speculator_operator.render.serving import MANAGED_BY
+
+PLURAL = "speculatordeployments"
+FIELD_MANAGER = "speculator-operator"
+APPLIED = "speculators.dev/applied-hash"
+RETRY_SECONDS = 30
+log = logging.getLogger(__name__)
+
+
+def api() -> client.ApiClient:
+    return client.ApiClient()
+
+
+def secret_data(namespace: str, name: str | None) -> dict[str, str] | None:
+    if not name:
+        return None
+    try:
+        secret = client.CoreV1Api(api()).read_namespaced_secret(name, namespace)
+    except ApiException as exc:
+        raise kopf.TemporaryError(f"Secret {namespace}/{name}: {exc.reason}", delay=RETRY_SECONDS) from None
+    return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+def current_child(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        dep = client.AppsV1Api(api()).read_namespaced_deployment(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    result: dict[str, Any] = api().sanitize_for_serialization(dep)
+    return result
+
+
+def _applied_hash(obj: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def apply_children(children: list[dict[str, Any]]) -> int:
+    """Server-side apply each child whose rendered form changed; returns how many were written."""
+    dyn = DynamicClient(api())
+    writes = 0
+    for child in children:
+        digest = _applied_hash(child)
+        body = json.loads(json.dumps(child))
+        body["metadata"].setdefault("annotations", {})[APPLIED] = digest
+        resource = dyn.resources.get(api_version=child["apiVersion"], kind=child["kind"])
+        meta = child["metadata"]
+        try:
+            existing = resource.get(name=meta["name"], namespace=meta["namespace"])
+            if (existing.metadata.annotations or {}).get(APPLIED) == digest:
+                continue
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        resource.server_side_apply(body=body, name=meta["name"], namespace=meta["namespace"],
+                                   field_manager=FIELD_MANAGER, force_conflicts=True)  # fmt: skip
+        writes += 1
+    return writes
+
+
+def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Only what changed (None removes a key), so an unchanged world writes nothing."""
+    patch: dict[str, Any] = {k: v for k, v in new.items() if old.get(k) != v}
+    for k in old:
+        if k not in new and not k.startswith("_"):
+            patch[k] = None
+    return patch
+
+
+def _observe_inputs(
+    name: str, namespace: str, spec: SpeculatorDeploymentSpec, generation: int, status: dict[str, Any]
+) -> Observed:
+    obs = Observed(generation=generation, status=status, child=current_child(namespace, name))
+    if spec.speculator.from_train_job:
+        obs.problem = ("TrainJobPending", f"SpeculatorTrainJob {spec.speculator.from_train_job!r}: serving a "
+                       "train job's output is not supported by this operator version yet")  # fmt: skip
+        return obs
+    verifier_creds = secret_data(namespace, spec.verifier.credentials.name if spec.verifier.credentials else None)
+    draft_creds = secret_data(namespace, spec.speculator.credentials.name if spec.speculator.credentials else None)
+    model = spec.verifier.model
+    location = model if model.startswith(("s3://", "pvc://", "hf://")) else f"hf://{model}"
+    if not location.startswith("pvc://"):
+        location_at = location if location.startswith("s3://") else f"{location}@{spec.verifier.revision}"
+        try:
+            verifier, revision = load_verifier_config(location_at, verifier_creds)
+        except CheckpointError as exc:
+            obs.problem = ("VerifierUnreadable", str(exc))
+            return obs
+    else:
+        verifier, revision = None, spec.verifier.revision  # read by the pod's entrypoint, which mounts it
+    obs.verifier_revision = revision
+    release = get_release(spec.release)
+    source = spec.speculator.source or ""
+    try:
+        ck = load_checkpoint(source, draft_creds)
+    except CheckpointError as exc:
+        obs.problem = ("CheckpointUnreadable", str(exc))
+        return obs
+    obs.audit = audit(ck, verifier=verifier, served_verifier=location, release=release,
+                      allow_lossy=spec.audit.allow_lossy)  # fmt: skip
+    return obs
+
+
+def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+    delta = status_patch(old, new)
+    if delta:
+        client.CustomObjectsApi(api()).patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": delta}
+        )
+
+
+def _post(body: kopf.Body, p: Plan) -> None:
+    for type_, reason, message in p.events:
+        kopf.event(body, type=type_, reason=reason, message=message[:1024])
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def reconcile(
+    *, body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, name: str, namespace: str | None,
+    uid: str, **_: Any,
+) -> None:  # fmt: skip
+    assert namespace is not None  # the CRD is namespaced
+    current = dict(status or {})
+    generation = int(meta.get("generation") or 0)
+    obs_base = Observed(generation=generation, status=current)
+    try:
+        parsed = SpeculatorDeploymentSpec.model_validate(dict(spec))
+        release = get_release(parsed.release)
+    except ValidationError as exc:
+        p = failed(obs_base, "InvalidSpec", str(exc.errors()[0]["msg"]))
+    except ReleaseError as exc:
+        p = failed(obs_base, "ReleaseUnsupported", str(exc))
+    else:
+        obs = _observe_inputs(name, namespace, parsed, generation, current)
+        p = plan(name, namespace, uid, parsed, release, obs)
+    # status first: the child's events may arrive before this handler returns, and they are
+    # interpreted against the revision recorded here
+    write_status(namespace, name, current, p.status)
+    if p.children:
+        apply_children(p.children)
+    _post(body, p)
+    if p.status.get("phase") == "Pending":
+        # an input could not be read: try again later (the status above says which and why)
+        raise kopf.TemporaryError("waiting for inputs; see status.conditions", delay=RETRY_SECONDS)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
+def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
+    """A child Deployment moved: refresh the owner's replica counts and readiness."""
+    owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
+    if not owner or not type or namespace is None:
+        return
+    objects = client.CustomObjectsApi(api())
+    try:
+        parent = cast(dict[str, Any], objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, owner))
+    except ApiException as exc:
+        if exc.status == 404:
+            return
+        raise
+    try:
+        parsed = SpeculatorDeploymentSpec.model_validate(parent.get("spec") or {})
+    except ValidationError:
+        return
+    status = dict(parent.get("status") or {})
+    child = None if type == "DELETED" else dict(body)
+    write_status(
+        namespace, owner, status, refresh_serving(parsed, status, child, int(parent["metadata"]["generation"]))
+    )
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=60, idle=30)
+def resync(
+    *, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, name: str, namespace: str | None, **_: Any
+) -> None:
+    """A missed child event must not leave the status stale: compare with the child now and then.
+    Writes only when something differs."""
+    if namespace is None:
+        return
+    try:
+        parsed = SpeculatorDeploymentSpec.model_validate(dict(spec))
+    except ValidationError:
+        return
+    current = dict(status or {})
+    write_status(namespace, name, current, refresh_serving(parsed, current, current_child(namespace, name),
+                                                           int(meta.get("generation") or 0)))  # fmt: skip

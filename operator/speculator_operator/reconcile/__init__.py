@@ -1,0 +1,1 @@
+"""Pure planners: observed world -> desired children + status, one module per kind."""

@@ -1,0 +1,191 @@
+"""The SpeculatorDeployment planner: pure decisions from what was observed to what should exist.
+
+`plan(...)` gets the spec, the observed world (resolved verifier revision, the draft's audit, the
+current child Deployment) and returns the children to apply (or None: leave them as they are), the
+status to write and the events to post. The kopf handlers only gather the observations and apply.
+
+Phases: Pending (waiting for an input), Auditing, Deploying (children applied, not all replicas of
+the current revision ready), Ready, Degraded (the new pair failed its audit while the last good pair
+keeps serving), Failed (nothing can be served).
+
+Condition reasons:
+- Audited: AuditPassed | AuditFailed | CheckpointUnreadable | VerifierUnreadable | TrainJobPending
+- VerifierCurrent: RevisionResolved | VerifierUnreadable
+- Serving: RolledOut | RollingOut | ScaledToZero | NotDeployed | CutoffUnsupported (message)
+- Ready: Ready | RollingOut | AuditFailed | InvalidSpec | ReleaseUnsupported | WaitingForInputs
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from speculator_operator.api.common import Condition, set_condition
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.checkpoint import AuditReport
+from speculator_operator.releases import Release
+from speculator_operator.render.serving import Draft, Inputs, RenderError, num_speculative_tokens, render
+
+MAX_FINDINGS = 20
+
+
+@dataclass
+class Observed:
+    generation: int
+    status: dict[str, Any]
+    verifier_revision: str | None = None
+    audit: AuditReport | None = None
+    problem: tuple[str, str] | None = None  # (reason, message) when an input could not be read
+    child: dict[str, Any] | None = None  # the current Deployment, if any
+    draft_source: str | None = None
+
+
+@dataclass
+class Plan:
+    children: list[dict[str, Any]] | None
+    status: dict[str, Any]
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+
+
+def _cond(gen: int, type_: str, ok: bool | None, reason: str, message: str = "") -> Condition:
+    status: Literal["True", "False", "Unknown"] = "Unknown" if ok is None else ("True" if ok else "False")
+    return Condition(type=type_, status=status, reason=reason, message=message, observed_generation=gen)
+
+
+def _with(status: dict[str, Any], gen: int, *conds: Condition, **fields: Any) -> dict[str, Any]:
+    out = dict(status)
+    conditions = list(out.get("conditions") or [])
+    for c in conds:
+        conditions = set_condition(conditions, c)
+    out["conditions"] = conditions
+    out["observedGeneration"] = gen
+    out.update({k: v for k, v in fields.items()})
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def audit_summary(report: AuditReport) -> dict[str, Any]:
+    findings = [f.as_dict() for f in report.findings if f.severity != "info"][:MAX_FINDINGS]
+    return {
+        "ok": report.ok,
+        "errors": len(report.errors),
+        "warnings": sum(1 for f in report.findings if f.severity == "warning"),
+        "findings": findings,
+    }
+
+
+def failed(obs: Observed, reason: str, message: str, phase: str = "Failed") -> Plan:
+    gen = obs.generation
+    status = _with(obs.status, gen, _cond(gen, "Ready", False, reason, message), phase=phase)
+    return Plan(None, status, [("Warning", reason, message)])
+
+
+def serving_status(
+    spec: SpeculatorDeploymentSpec, revision: str | None, child: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Replica counts and the Serving readiness of the current revision, from the child Deployment."""
+    want = spec.serving.replicas
+    if child is None:
+        return {"ready": False, "reason": "NotDeployed", "replicas": want, "readyReplicas": 0, "updatedReplicas": 0}
+    st = child.get("status") or {}
+    meta = child.get("metadata") or {}
+    current = (meta.get("annotations") or {}).get("speculators.dev/revision") == revision
+    observed = st.get("observedGeneration", 0) >= meta.get("generation", 0)
+    ready, updated = st.get("readyReplicas", 0) or 0, st.get("updatedReplicas", 0) or 0
+    available = st.get("availableReplicas", 0) or 0
+    done = current and observed and updated >= want and available >= want and (st.get("replicas", 0) or 0) == want
+    reason = "ScaledToZero" if want == 0 and done else ("RolledOut" if done else "RollingOut")
+    return {"ready": done, "reason": reason, "replicas": want, "readyReplicas": ready,
+            "updatedReplicas": updated if current else 0}  # fmt: skip
+
+
+def plan(
+    name: str, namespace: str, uid: str | None, spec: SpeculatorDeploymentSpec, release: Release, obs: Observed
+) -> Plan:
+    gen = obs.generation
+    if obs.problem is not None:
+        reason, message = obs.problem
+        keep = obs.child is not None
+        status = _with(
+            obs.status, gen,
+            _cond(gen, "Audited", None, reason, message),
+            _cond(gen, "Ready", False if not keep else None, "WaitingForInputs", message),
+            phase="Degraded" if keep else "Pending",
+        )  # fmt: skip
+        return Plan(None, status, [("Warning", reason, message)])
+    report = obs.audit
+    assert report is not None
+    ck = report.checkpoint
+    common = {
+        "release": release.name,
+        "vllm": release.vllm,
+        "algorithm": ck.algorithm,
+        "verifierRevision": obs.verifier_revision,
+        "draftRevision": ck.revision,
+        "audit": audit_summary(report),
+    }
+    verifier_cond = _cond(gen, "VerifierCurrent", True, "RevisionResolved", f"verifier at {obs.verifier_revision}")
+    if not report.ok:
+        first = report.errors[0]
+        message = f"{len(report.errors)} audit error(s); first: {first.rule}: {first.message}"
+        keep = obs.child is not None
+        status = _with(
+            obs.status, gen,
+            _cond(gen, "Audited", False, "AuditFailed", message),
+            verifier_cond,
+            _cond(gen, "Ready", False, "AuditFailed", message + ("; the last good pair keeps serving" if keep else "")),
+            phase="Degraded" if keep else "Failed",
+            **common,
+        )  # fmt: skip
+        return Plan(None, status, [("Warning", "AuditFailed", message)])
+    if ck.algorithm is None or ck.speculative_tokens is None:
+        return failed(obs, "AuditFailed", "the checkpoint has no algorithm or speculative_tokens")
+    draft = Draft(ck.algorithm, ck.speculative_tokens, ck.revision)
+    try:
+        rendered = render(Inputs(name, namespace, spec, release, draft, obs.verifier_revision, uid, obs.draft_source))
+    except RenderError as exc:
+        return failed(obs, "InvalidSpec", str(exc))
+    serving = serving_status(spec, rendered.revision, obs.child)
+    serving_reason, serving_message = serving["reason"], f"revision {rendered.revision}"
+    for reason, message in rendered.notes:
+        serving_message += f"; {reason}: {message}"
+    ready = serving["ready"]
+    status = _with(
+        obs.status, gen,
+        _cond(gen, "Audited", True, "AuditPassed",
+              f"{ck.algorithm} draft passed {len(report.findings)} finding(s) without errors" if report.findings
+              else f"{ck.algorithm} draft passed the audit"),
+        verifier_cond,
+        _cond(gen, "Serving", ready, serving_reason, serving_message),
+        _cond(gen, "Ready", ready, "Ready" if ready else "RollingOut",
+              f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {rendered.revision} ready"),
+        phase="Ready" if ready else "Deploying",
+        revision=rendered.revision,
+        numSpeculativeTokens=num_speculative_tokens(spec, draft),
+        replicas=serving["replicas"],
+        readyReplicas=serving["readyReplicas"],
+        updatedReplicas=serving["updatedReplicas"],
+        **common,
+    )  # fmt: skip
+    events = []
+    if obs.status.get("revision") != rendered.revision:
+        events.append(("Normal", "RollingOut", f"applying revision {rendered.revision}"))
+    return Plan(rendered.children, status, events)
+
+
+def refresh_serving(spec: SpeculatorDeploymentSpec, status: dict[str, Any], child: dict[str, Any] | None,
+                    generation: int) -> dict[str, Any]:  # fmt: skip
+    """The status after the child Deployment changed (no new audit, no new render)."""
+    if status.get("phase") not in ("Deploying", "Ready") or not status.get("revision"):
+        return status
+    serving = serving_status(spec, status["revision"], child)
+    ready = serving["ready"]
+    return _with(
+        status, generation,
+        _cond(generation, "Serving", ready, serving["reason"], f"revision {status['revision']}"),
+        _cond(generation, "Ready", ready, "Ready" if ready else "RollingOut",
+              f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {status['revision']} ready"),
+        phase="Ready" if ready else "Deploying",
+        replicas=serving["replicas"],
+        readyReplicas=serving["readyReplicas"],
+        updatedReplicas=serving["updatedReplicas"],
+    )  # fmt: skip
