@@ -7,6 +7,7 @@ scheduler, kwok) is started from the binaries of hack/build-kube. One namespace 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,12 +17,15 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import boto3
 import pytest
 from kubernetes import client, config
 
 from speculator_operator.localcluster import ClusterInfo, LocalCluster, S3Info
+
+from ..ckptgen import eagle3, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -136,3 +140,54 @@ def eventually(check: Callable[[], T], timeout: float = 60, interval: float = 0.
             if time.monotonic() > deadline:
                 raise
         time.sleep(interval)
+
+
+SMALL = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "num_hidden_layers": 8,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512,
+    "vocab_size": 4096,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def store(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Checkpoints and a verifier config in the real S3 server; returns their URIs."""
+    if cluster.s3 is None:
+        pytest.skip("no S3 server: the cluster came from KUBECONFIG and AWS_ENDPOINT_URL is not set")
+    s3 = boto3.client("s3", endpoint_url=cluster.s3.endpoint, aws_access_key_id=cluster.s3.access_key,
+                      aws_secret_access_key=cluster.s3.secret_key, region_name=cluster.s3.region)  # fmt: skip
+    bucket = f"models-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    root = tmp_path_factory.mktemp("store")
+    good_config, good_tensors = eagle3(SMALL, draft_vocab=1024)
+    write_checkpoint(root / "good", good_config, good_tensors, sparse=False)
+    bad_tensors = dict(good_tensors)
+    bad_tensors["fc.weight"] = ("BF16", [256, 512])  # two aux layers' worth where the config says three
+    write_checkpoint(root / "bad", good_config, bad_tensors, sparse=False)
+    (root / "verifier").mkdir()
+    (root / "verifier" / "config.json").write_text(json.dumps(SMALL))
+    for folder in ("good", "bad", "verifier"):
+        for f in (root / folder).iterdir():
+            s3.upload_file(str(f), bucket, f"{folder}/{f.name}")
+    return {"good": f"s3://{bucket}/good", "bad": f"s3://{bucket}/bad", "verifier": f"s3://{bucket}/verifier"}
+
+
+@pytest.fixture
+def creds(cluster: Cluster, namespace: str) -> str:
+    assert cluster.s3 is not None
+    client.CoreV1Api(cluster.api).create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="s3"), string_data=cluster.s3.env()))  # fmt: skip
+    return "s3"
+
+
+def sdep(name: str, store: dict[str, str], draft: str, creds: str, **serving: Any) -> str:
+    return json.dumps({
+        "apiVersion": "speculators.dev/v1alpha1", "kind": "SpeculatorDeployment", "metadata": {"name": name},
+        "spec": {"verifier": {"model": store["verifier"], "credentials": {"name": creds}},
+                 "speculator": {"source": store[draft], "credentials": {"name": creds}},
+                 "serving": {"replicas": 2, **serving}},
+    })  # fmt: skip
+
+
+def get(cluster: Cluster, namespace: str, what: str) -> dict[str, Any]:
+    return json.loads(cluster.kubectl("get", "-n", namespace, what, "-o", "json").stdout)  # type: ignore[no-any-return]

@@ -79,6 +79,7 @@ class ClusterInfo:
     pids: dict[str, int] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     startup_seconds: dict[str, float] = field(default_factory=dict)
+    audit_log: Path | None = None  # the API server's audit log (writes, and reads of our kinds)
 
     @property
     def kubectl(self) -> Path:
@@ -216,6 +217,7 @@ class LocalCluster:
             pids={name: p.pid for name, p in self.processes.items()},
             ports=dict(self.ports),
             startup_seconds={k: round(v, 2) for k, v in self.durations.items()},
+            audit_log=self.audit_log,
         )
         self._record_state()
         return self.info
@@ -329,7 +331,20 @@ class LocalCluster:
 
         self._launch("etcd", argv, ready)
 
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "logs" / "audit.jsonl"
+
     def _start_apiserver(self, pki: dict[str, Path]) -> None:
+        # an audit log of every write (and of reads of our own kinds), so tests can count API requests
+        policy = self.workdir / "audit-policy.yaml"
+        rules = [
+            {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
+            {"level": "Metadata", "resources": [{"group": "speculators.dev"}]},
+            {"level": "None"},
+        ]
+        audit_policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"]}
+        policy.write_text(json.dumps({**audit_policy, "rules": rules}))
         ctx = ssl.create_default_context(cafile=str(pki["ca.crt"]))
         ctx.load_cert_chain(str(pki["admin.crt"]), str(pki["admin.key"]))
         self._ssl = ctx
@@ -354,6 +369,11 @@ class LocalCluster:
                 "--authorization-mode=Node,RBAC",
                 "--allow-privileged=true",
                 "--profiling=false",
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+                "--audit-log-maxsize=200",
             ]
 
         def ready() -> bool:
