@@ -9,6 +9,7 @@ Minimum vLLM versions come from diffs of the released vLLM wheels (shared/refere
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from functools import total_ordering
@@ -175,8 +176,9 @@ def _supported_text() -> str:
 
 
 def get_release(name: str | None = None) -> Release:
-    """The named release (default: DEFAULT_RELEASE); unknown or unverified names are errors."""
-    name = name or DEFAULT_RELEASE
+    """The named release (default: $SPECULATOR_DEFAULT_RELEASE, else DEFAULT_RELEASE); unknown or
+    unverified names are errors."""
+    name = name or os.environ.get("SPECULATOR_DEFAULT_RELEASE") or DEFAULT_RELEASE
     release = RELEASES.get(name)
     if release is None:
         raise ReleaseError(f"unknown release {name!r}; supported: {_supported_text()}")
