@@ -13,6 +13,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -195,6 +196,8 @@ class LocalCluster:
         try:
             self._check_binaries()
             self.workdir.mkdir(parents=True, exist_ok=True)
+            for old in ("etcd", "s3"):  # every start is a fresh cluster: no objects from an earlier one
+                shutil.rmtree(self.workdir / old, ignore_errors=True)
             (self.workdir / "logs").mkdir(exist_ok=True)
             pki = write_pki(self.workdir / "pki")
             self._start_etcd()

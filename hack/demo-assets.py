@@ -1,0 +1,42 @@
+"""Make the demo's models and put them in the local S3 server (bucket `models`): a small Qwen3 verifier's
+config.json, an EAGLE-3 draft for it shaped as speculators 0.9.0 writes one, and a copy of the draft
+with a broken fc layer. Uses the AWS_* variables that `hack/dev-cluster up` exports."""
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import boto3
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.ckptgen import eagle3, write_checkpoint
+
+VERIFIER = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "num_hidden_layers": 8,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512,
+    "vocab_size": 4096,
+}  # fmt: skip
+
+
+def main() -> None:
+    s3 = boto3.client("s3")
+    if "models" not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+        s3.create_bucket(Bucket="models")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        config, tensors = eagle3(VERIFIER, draft_vocab=1024, verifier_name="s3://models/tiny-qwen3")
+        write_checkpoint(root / "tiny-qwen3-eagle3", config, tensors, sparse=False)
+        broken = dict(tensors)
+        broken["fc.weight"] = ("BF16", [256, 512])
+        write_checkpoint(root / "tiny-qwen3-eagle3-broken", config, broken, sparse=False)
+        (root / "tiny-qwen3").mkdir()
+        (root / "tiny-qwen3" / "config.json").write_text(json.dumps(VERIFIER))
+        for folder in root.iterdir():
+            for f in folder.iterdir():
+                s3.upload_file(str(f), "models", f"{folder.name}/{f.name}")
+                print(f"demo: s3://models/{folder.name}/{f.name}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

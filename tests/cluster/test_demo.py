@@ -1,0 +1,37 @@
+"""The README's first command, `hack/demo`, end to end in its own folder (and `hack/demo down`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+from speculator_operator.localcluster.cluster import load_state
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.cluster
+
+
+def test_demo_serves_the_samples_and_cleans_up(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG",) and not k.startswith("AWS_")}
+    env["DEV_CLUSTER_DIR"] = str(tmp_path / "demo")
+    up = subprocess.run([str(REPO / "hack" / "demo")], capture_output=True, text=True, env=env, timeout=600)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr[-3000:]
+        rows = {line.split()[0]: line.split() for line in up.stdout.splitlines() if line.startswith("tiny-qwen3")}
+        assert rows["tiny-qwen3"][1:4] == ["Ready", "s3://models/tiny-qwen3", "eagle3"]
+        assert rows["tiny-qwen3-broken"][1] == "Failed"
+        assert "AuditFailed: 1 audit error(s); first: fc-shape" in up.stdout
+        state = load_state(tmp_path / "demo")
+        assert state is not None
+        pids = [*state["pids"].values(), int((tmp_path / "demo" / "operator.pid").read_text())]
+    finally:
+        down = subprocess.run([str(REPO / "hack" / "demo"), "down"], capture_output=True, text=True, env=env,
+                              timeout=120)  # fmt: skip
+    assert down.returncode == 0, down.stderr
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
