@@ -83,6 +83,16 @@ def stage(source: str, dest: str, revision: str | None = None) -> int:
         if count == 0:
             print(f"stage: nothing under {source}", file=sys.stderr)
             return 1
+        if revision and revision.startswith("etag:"):
+            # the pair was audited against this exact config.json: refuse another one, never serve a mismatch
+            from speculator_operator.checkpoint.sources import S3Source
+
+            found = S3Source(bucket, prefix, client=s3)
+            found.read_small("config.json")
+            if found.revision != revision:
+                print(f"stage: {source} changed since it was audited (now {found.revision}, audited {revision}); "
+                      "refusing to serve a pair that was not audited together", file=sys.stderr)  # fmt: skip
+                return 1
     elif source.startswith("hf://"):
         from huggingface_hub import snapshot_download
 

@@ -28,6 +28,8 @@ from speculator_operator.localcluster import ClusterInfo, LocalCluster, S3Info
 from ..ckptgen import eagle3, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
+# the operator runs in-process here: let its verifier-revision timer tick fast (read when it is imported)
+os.environ.setdefault("SPECULATOR_POLL_TICK_SECONDS", "2")
 
 
 @dataclass

@@ -101,3 +101,26 @@ def test_cli_audits_s3_with_the_standard_aws_variables(tmp_path: Path, s3_env: s
     report = json.loads(out.stdout)
     assert report["ok"]
     assert report["checkpoint"]["verifier_revision"].startswith("etag:")
+
+
+def test_stage_copies_a_checkpoint_and_refuses_one_that_changed(tmp_path: Path, s3_env: str) -> None:
+    write_checkpoint(tmp_path / "ck", *eagle3(SMALL, draft_vocab=1024), sparse=False)
+    upload(tmp_path / "ck", s3_env, "stage/ck")
+    revision = load_checkpoint(f"s3://{s3_env}/stage/ck").revision
+    assert revision is not None
+
+    def stage(dest: Path, rev: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "speculator_operator.cli", "stage", f"s3://{s3_env}/stage/ck",
+                               str(dest), "--revision", rev], capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    ok = stage(tmp_path / "a", revision)
+    assert ok.returncode == 0, ok.stderr
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [".staged", "config.json", "model.safetensors"]
+    assert audit(str(tmp_path / "a"), verifier=SMALL).ok
+    again = stage(tmp_path / "a", revision)
+    assert "already in" in again.stderr  # idempotent: nothing downloaded twice
+    # the object is replaced after the pair was audited: staging the audited revision must fail
+    boto3.client("s3").put_object(Bucket=s3_env, Key="stage/ck/config.json", Body=b'{"changed": true}')
+    changed = stage(tmp_path / "b", revision)
+    assert changed.returncode == 1
+    assert "changed since it was audited" in changed.stderr

@@ -7,11 +7,12 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from .conftest import Cluster, eventually, get, sdep
+from .conftest import SMALL, Cluster, eventually, get, sdep
 
 pytestmark = pytest.mark.cluster
 
@@ -124,3 +125,58 @@ def test_unreadable_checkpoint_waits_with_a_reason(
     conds = {c["type"]: c for c in get(cluster, namespace, "sdep/later")["status"]["conditions"]}
     assert conds["Audited"]["reason"] == "CheckpointUnreadable"
     assert "no such object" in conds["Audited"]["message"]
+
+
+def test_verifier_changes_follow_the_upgrade_policy(
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str
+) -> None:
+    assert cluster.s3 is not None
+    s3 = boto3.client("s3", endpoint_url=cluster.s3.endpoint, aws_access_key_id=cluster.s3.access_key,
+                      aws_secret_access_key=cluster.s3.secret_key, region_name=cluster.s3.region)  # fmt: skip
+    bucket = store["verifier"].removeprefix("s3://").split("/")[0]
+    cases = {"compatible": "Redeploy", "incompatible": "Redeploy", "paused": "Pause"}
+    for name, policy in cases.items():
+        s3.put_object(Bucket=bucket, Key=f"v-{namespace}-{name}/config.json", Body=json.dumps(SMALL).encode())
+        doc = json.loads(sdep(name, {**store, "verifier": f"s3://{bucket}/v-{namespace}-{name}"}, "good", creds))
+        doc["spec"]["upgradePolicy"] = {"onVerifierChange": policy, "pollIntervalSeconds": 30}
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    before = {}
+    for name in cases:
+        cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", f"sdep/{name}", "--timeout=120s")
+        before[name] = get(cluster, namespace, f"sdep/{name}")["status"]
+    # the verifier moves: a harmless new key for two, another hidden size for one
+    changed = {"compatible": {**SMALL, "rope_theta": 1000000}, "paused": {**SMALL, "rope_theta": 1000000},
+               "incompatible": {**SMALL, "hidden_size": 512}}  # fmt: skip
+    for name, config in changed.items():
+        s3.put_object(Bucket=bucket, Key=f"v-{namespace}-{name}/config.json", Body=json.dumps(config).encode())
+
+    # Redeploy + compatible: re-audited, a new revision rolled out with verifier and draft together
+    def moved() -> None:
+        now = get(cluster, namespace, "sdep/compatible")["status"]["verifierRevision"]
+        assert now != before["compatible"]["verifierRevision"], "the verifier revision has not moved yet"
+
+    eventually(moved, timeout=120)
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/compatible", "--timeout=120s")
+    st = get(cluster, namespace, "sdep/compatible")["status"]
+    assert st["revision"] != before["compatible"]["revision"]
+    dep = get(cluster, namespace, "deployment/compatible")
+    assert dep["spec"]["template"]["metadata"]["annotations"]["speculators.dev/revision"] == st["revision"]
+    stage = dep["spec"]["template"]["spec"]["initContainers"]
+    assert any(st["verifierRevision"] in c["args"] for c in stage)  # new pods stage exactly the audited verifier
+
+    # Redeploy + incompatible: the audit fails, the last good pair keeps serving
+    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Degraded", "sdep/incompatible",
+                    "--timeout=120s")  # fmt: skip
+    st = get(cluster, namespace, "sdep/incompatible")["status"]
+    assert any(f["rule"] == "verifier-hidden-size" for f in st["audit"]["findings"])
+    dep = get(cluster, namespace, "deployment/incompatible")
+    assert dep["metadata"]["annotations"]["speculators.dev/revision"] == before["incompatible"]["revision"]
+
+    # Pause: VerifierCurrent=False and nothing moves
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=VerifierCurrent=False", "sdep/paused",
+                    "--timeout=120s")  # fmt: skip
+    st = get(cluster, namespace, "sdep/paused")["status"]
+    assert st["revision"] == before["paused"]["revision"]
+    assert st["phase"] == "Ready"
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["VerifierCurrent"]["reason"] == "VerifierChanged"

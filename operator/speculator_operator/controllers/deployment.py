@@ -6,6 +6,8 @@ import base64
 import hashlib
 import json
 import logging
+import os
+import time
 from typing import Any, cast
 
 import kopf
@@ -17,7 +19,14 @@ from pydantic import ValidationError
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoint, load_verifier_config
-from speculator_operator.reconcile.deployment import Observed, Plan, failed, plan, refresh_serving
+from speculator_operator.reconcile.deployment import (
+    Observed,
+    Plan,
+    failed,
+    plan,
+    refresh_serving,
+    verifier_change,
+)
 from speculator_operator.releases import ReleaseError, get_release
 from speculator_operator.render.serving import MANAGED_BY
 
@@ -25,6 +34,7 @@ PLURAL = "speculatordeployments"
 FIELD_MANAGER = "speculator-operator"
 APPLIED = "speculators.dev/applied-hash"
 RETRY_SECONDS = 30
+POLL_TICK_SECONDS = float(os.environ.get("SPECULATOR_POLL_TICK_SECONDS", "10"))
 log = logging.getLogger(__name__)
 
 
@@ -136,14 +146,8 @@ def _post(body: kopf.Body, p: Plan) -> None:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def reconcile(
-    *, body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, name: str, namespace: str | None,
-    uid: str, **_: Any,
-) -> None:  # fmt: skip
-    assert namespace is not None  # the CRD is namespaced
+def _reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, name: str, namespace: str,
+               uid: str) -> Plan:  # fmt: skip
     current = dict(status or {})
     generation = int(meta.get("generation") or 0)
     obs_base = Observed(generation=generation, status=current)
@@ -163,9 +167,63 @@ def reconcile(
     if p.children:
         apply_children(p.children)
     _post(body, p)
+    return p
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def reconcile(
+    *, body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, name: str, namespace: str | None,
+    uid: str, **_: Any,
+) -> None:  # fmt: skip
+    assert namespace is not None  # the CRD is namespaced
+    p = _reconcile(body, spec, meta, status, name, namespace, uid)
     if p.status.get("phase") == "Pending":
         # an input could not be read: try again later (the status above says which and why)
         raise kopf.TemporaryError("waiting for inputs; see status.conditions", delay=RETRY_SECONDS)
+
+
+def resolve_verifier_revision(spec: SpeculatorDeploymentSpec, namespace: str) -> str | None:
+    """The verifier's revision now: the hub commit of spec.verifier.revision, or a config.json digest."""
+    model = spec.verifier.model
+    if model.startswith("pvc://"):
+        return None
+    creds = secret_data(namespace, spec.verifier.credentials.name if spec.verifier.credentials else None)
+    location = model if model.startswith("s3://") else f"hf://{model.removeprefix('hf://')}@{spec.verifier.revision}"
+    return load_verifier_config(location, creds)[1]
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=POLL_TICK_SECONDS)
+def poll_verifier(
+    *, body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, name: str, namespace: str | None,
+    uid: str, memo: Any, **_: Any,
+) -> None:  # fmt: skip
+    """Re-resolve the verifier revision every upgradePolicy.pollIntervalSeconds and act on a change."""
+    if namespace is None:
+        return
+    try:
+        parsed = SpeculatorDeploymentSpec.model_validate(dict(spec))
+    except ValidationError:
+        return
+    now = time.monotonic()
+    last = memo.get("verifier_polled")
+    if last is not None and now - last < parsed.upgrade_policy.poll_interval_seconds:
+        return
+    memo["verifier_polled"] = now
+    if last is None:
+        return  # the create/resume handler has just resolved it
+    try:
+        resolved = resolve_verifier_revision(parsed, namespace)
+    except (CheckpointError, kopf.TemporaryError) as exc:
+        log.warning("%s/%s: verifier revision not resolved: %s", namespace, name, exc)
+        return
+    current = dict(status or {})
+    action, new_status = verifier_change(parsed, current, resolved, int(meta.get("generation") or 0))
+    if action == "redeploy":
+        _reconcile(body, spec, meta, status, name, namespace, uid)
+    elif new_status is not None:
+        write_status(namespace, name, current, new_status)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})

@@ -189,3 +189,31 @@ def refresh_serving(spec: SpeculatorDeploymentSpec, status: dict[str, Any], chil
         readyReplicas=serving["readyReplicas"],
         updatedReplicas=serving["updatedReplicas"],
     )  # fmt: skip
+
+
+def verifier_change(
+    spec: SpeculatorDeploymentSpec, status: dict[str, Any], resolved: str | None, generation: int
+) -> tuple[str, dict[str, Any] | None]:
+    """What a newly resolved verifier revision means: ("none" | "pause" | "retrain" | "redeploy", status).
+
+    Redeploy re-audits the draft against the new verifier and rolls both out together (or keeps the
+    last good pair serving if the audit fails); Pause and Retrain only report VerifierCurrent=False.
+    """
+    old = status.get("verifierRevision")
+    if resolved is None or old is None or resolved == old:
+        return "none", None
+    policy = spec.upgrade_policy.on_verifier_change
+    if policy == "Redeploy":
+        return "redeploy", None
+    if policy == "Pause":
+        reason, message = (
+            "VerifierChanged",
+            f"the verifier moved from {old} to {resolved}; upgradePolicy is Pause: nothing is rolled out",
+        )
+    else:
+        reason, message = (
+            "RetrainUnavailable",
+            f"the verifier moved from {old} to {resolved}; upgradePolicy is "
+            "Retrain, but this operator version cannot run a SpeculatorTrainJob yet: the current pair keeps serving",
+        )
+    return policy.lower(), _with(status, generation, _cond(generation, "VerifierCurrent", False, reason, message))
