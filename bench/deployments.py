@@ -1,0 +1,174 @@
+"""SpeculatorDeployments at scale on the local control plane (prints figures; nothing is asserted).
+
+- time until N SpeculatorDeployments are Ready with the operator, against a bare client that creates
+  the same children (rendered the same way) in the same run: the ratio is the operator's overhead
+  (audits, status, events) over the minimum;
+- API writes per resource by the operator (counted in the API server's audit log);
+- writes during an idle period longer than the operator's resync (target 0);
+- the operator's peak RSS.
+
+Run: hack/bench deployments   (N with BENCH_N, default 200)
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import boto3
+import psutil
+from kubernetes import client, config
+from kubernetes.dynamic import DynamicClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.ckptgen import eagle3, write_checkpoint
+
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.localcluster import LocalCluster
+from speculator_operator.releases import get_release
+from speculator_operator.render.serving import Draft, Inputs, render
+
+SMALL = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "num_hidden_layers": 8,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512,
+    "vocab_size": 4096,
+}  # fmt: skip
+AGENTS = ("kopf/", "OpenAPI-Generator/")
+
+
+def stamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def writes(audit_log: Path, since: str, until: str | None = None) -> collections.Counter[str]:
+    count: collections.Counter[str] = collections.Counter()
+    for line in audit_log.read_text().splitlines():
+        e = json.loads(line)
+        t = e["requestReceivedTimestamp"]
+        if e.get("stage") != "ResponseComplete" or t < since or (until and t > until):
+            continue
+        if e["verb"] in ("create", "update", "patch", "delete") and e.get("userAgent", "").startswith(AGENTS):
+            ref = e.get("objectRef", {})
+            count[ref.get("resource", "?") + ("/" + ref["subresource"] if ref.get("subresource") else "")] += 1
+    return count
+
+
+def wait_ready(apps: client.AppsV1Api, namespace: str, n: int, timeout: float) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        items = apps.list_namespaced_deployment(namespace).items
+        ready = sum(
+            1 for d in items if (d.status.ready_replicas or 0) >= (d.spec.replicas or 0) and d.status.ready_replicas
+        )
+        if ready >= n:
+            return time.monotonic() - t0
+        time.sleep(0.5)
+    raise TimeoutError(f"{namespace}: not all {n} ready within {timeout} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin-dir", type=Path, required=True)
+    parser.add_argument("-n", type=int, default=int(os.environ.get("BENCH_N", "200")))
+    parser.add_argument("--idle", type=float, default=75.0, help="idle seconds to watch for writes (> resync)")
+    args = parser.parse_args()
+    n = args.n
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        local = LocalCluster(root / "cluster", args.bin_dir, gpu_nodes=max(2, n // 4), log=lambda m: None)
+        info = local.start()
+        try:
+            os.environ.update(info.env())
+            config.load_kube_config(config_file=str(info.kubeconfig))
+            api = client.ApiClient()
+            core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+            s3 = boto3.client("s3")
+            s3.create_bucket(Bucket="bench")
+            c, t = eagle3(SMALL, draft_vocab=1024)
+            write_checkpoint(root / "draft", c, t, sparse=False)
+            for f in (root / "draft").iterdir():
+                s3.upload_file(str(f), "bench", f"draft/{f.name}")
+            s3.put_object(Bucket="bench", Key="verifier/config.json", Body=json.dumps(SMALL).encode())
+            crds = str(Path(__file__).resolve().parents[1] / "crds")
+            kubectl = [str(info.kubectl), "--kubeconfig", str(info.kubeconfig)]
+            subprocess.run([*kubectl, "apply", "--server-side", "-f", crds], check=True, capture_output=True)
+            for ns in ("bench-operator", "bench-bare"):
+                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+            assert info.s3 is not None
+            core.create_namespaced_secret("bench-operator", client.V1Secret(
+                metadata=client.V1ObjectMeta(name="s3"), string_data=info.s3.env()))  # fmt: skip
+            spec = {"verifier": {"model": "s3://bench/verifier", "credentials": {"name": "s3"}},
+                    "speculator": {"source": "s3://bench/draft", "credentials": {"name": "s3"}},
+                    "serving": {"replicas": 1}}  # fmt: skip
+
+            # the bare client: the same children, rendered the same way, applied directly
+            dyn = DynamicClient(api)
+            parsed = SpeculatorDeploymentSpec.model_validate(spec)
+            t0 = time.monotonic()
+            for i in range(n):
+                r = render(Inputs(f"d{i}", "bench-bare", parsed, get_release(), Draft("eagle3", 3)))
+                for child in r.children:
+                    res = dyn.resources.get(api_version=child["apiVersion"], kind=child["kind"])
+                    res.server_side_apply(body=child, name=child["metadata"]["name"], namespace="bench-bare",
+                                          field_manager="bench", force_conflicts=True)  # fmt: skip
+            bare = (time.monotonic() - t0) + wait_ready(apps, "bench-bare", n, 900)
+
+            env = {**os.environ, "KUBECONFIG": str(info.kubeconfig)}
+            log = open(root / "operator.log", "wb")  # noqa: SIM115
+            op = subprocess.Popen(["speculator-operator", "run", "--standalone", "--namespace", "bench-operator"],
+                                  env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+            proc = psutil.Process(op.pid)
+            peak = 0
+            start = stamp()
+            t0 = time.monotonic()
+            objects = client.CustomObjectsApi(api)
+            for i in range(n):
+                objects.create_namespaced_custom_object("speculators.dev", "v1alpha1", "bench-operator",
+                    "speculatordeployments", {"apiVersion": "speculators.dev/v1alpha1",
+                    "kind": "SpeculatorDeployment", "metadata": {"name": f"d{i}"}, "spec": spec})  # fmt: skip
+            while True:
+                peak = max(peak, proc.memory_info().rss)
+                items = objects.list_namespaced_custom_object("speculators.dev", "v1alpha1", "bench-operator",
+                                                              "speculatordeployments")["items"]  # fmt: skip
+                if sum(1 for it in items if (it.get("status") or {}).get("phase") == "Ready") >= n:
+                    break
+                if time.monotonic() - t0 > 1800:
+                    raise TimeoutError("operator: not all Ready within 1800 s")
+                time.sleep(0.5)
+            with_operator = time.monotonic() - t0
+            ready_at = stamp()
+            idle_start = stamp()
+            t_idle = time.monotonic()
+            while time.monotonic() - t_idle < args.idle:
+                peak = max(peak, proc.memory_info().rss)
+                time.sleep(1)
+            idle = writes(info.audit_log or Path(), idle_start)  # type: ignore[arg-type]
+            total = writes(info.audit_log or Path(), start, ready_at)  # type: ignore[arg-type]
+            op.terminate()
+            op.wait(30)
+            print(f"{n} SpeculatorDeployments (1 replica each) on {max(2, n // 4)} fake GPU nodes")
+            print(
+                f"  operator: all Ready in {with_operator:.1f} s; bare client, same children: {bare:.1f} s; "
+                f"ratio {with_operator / bare:.2f}"
+            )
+            print(
+                f"  API writes by the operator until Ready: {sum(total.values())} "
+                f"({sum(total.values()) / n:.1f} per resource): {dict(total)}"
+            )
+            print(f"  writes during {args.idle:.0f} s idle (resync every 60 s): {sum(idle.values())} {dict(idle)}")
+            print(f"  operator peak RSS: {peak / 2**20:.0f} MiB")
+        finally:
+            local.stop()
+
+
+if __name__ == "__main__":
+    main()
