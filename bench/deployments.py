@@ -146,6 +146,15 @@ def main() -> None:
                 time.sleep(0.5)
             with_operator = time.monotonic() - t0
             ready_at = stamp()
+            # the handlers' last bookkeeping (kopf's annotations) may trail Ready: let the operator go quiet
+            quiet_since = time.monotonic()
+            seen = sum(writes(info.audit_log or Path(), start).values())  # type: ignore[arg-type]
+            while time.monotonic() - quiet_since < 10:
+                now = sum(writes(info.audit_log or Path(), start).values())  # type: ignore[arg-type]
+                if now != seen:
+                    seen, quiet_since = now, time.monotonic()
+                time.sleep(1)
+            after_ready = writes(info.audit_log or Path(), ready_at)  # type: ignore[arg-type]
             idle_start = stamp()
             t_idle = time.monotonic()
             while time.monotonic() - t_idle < args.idle:
@@ -164,6 +173,7 @@ def main() -> None:
                 f"  API writes by the operator until Ready: {sum(total.values())} "
                 f"({sum(total.values()) / n:.1f} per resource): {dict(total)}"
             )
+            print(f"  writes after Ready until quiet: {sum(after_ready.values())} {dict(after_ready)}")
             print(f"  writes during {args.idle:.0f} s idle (resync every 60 s): {sum(idle.values())} {dict(idle)}")
             print(f"  operator peak RSS: {peak / 2**20:.0f} MiB")
         finally:

@@ -71,7 +71,8 @@ def apply_children(children: list[dict[str, Any]]) -> int:
     """Server-side apply each child whose rendered form changed; returns how many were written."""
     dyn = DynamicClient(api())
     writes = 0
-    for child in children:
+    # the Deployment last: once its pods are ready the object reports Ready, so the rest must exist by then
+    for child in sorted(children, key=lambda c: c["kind"] == "Deployment"):
         digest = _applied_hash(child)
         body = json.loads(json.dumps(child))
         body["metadata"].setdefault("annotations", {})[APPLIED] = digest
