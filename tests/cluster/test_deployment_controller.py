@@ -180,3 +180,23 @@ def test_verifier_changes_follow_the_upgrade_policy(
     assert st["phase"] == "Ready"
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["VerifierCurrent"]["reason"] == "VerifierChanged"
+
+
+def test_a_refused_child_is_reported_and_retried(
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str
+) -> None:
+    quota = client.V1ResourceQuota(metadata=client.V1ObjectMeta(name="no-services"),
+                                   spec=client.V1ResourceQuotaSpec(hard={"services": "0"}))  # fmt: skip
+    core = client.CoreV1Api(cluster.api)
+    core.create_namespaced_resource_quota(namespace, quota)
+    # the quota controller must have counted usage before the API server enforces it
+    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.hard.services}=0", "resourcequota/no-services",
+                    "--timeout=60s")  # fmt: skip
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("quota", store, "good", creds))
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Serving=False", "sdep/quota", "--timeout=120s")
+    conds = {c["type"]: c for c in get(cluster, namespace, "sdep/quota")["status"]["conditions"]}
+    assert conds["Serving"]["reason"] == "ApplyFailed"
+    assert "exceeded quota" in conds["Serving"]["message"]
+    eventually(lambda: _events(cluster, namespace, "quota", "ApplyFailed"))
+    core.delete_namespaced_resource_quota("no-services", namespace)
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/quota", "--timeout=120s")

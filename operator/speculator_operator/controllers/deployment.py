@@ -22,6 +22,7 @@ from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoi
 from speculator_operator.reconcile.deployment import (
     Observed,
     Plan,
+    apply_failed,
     failed,
     plan,
     refresh_serving,
@@ -166,9 +167,23 @@ def _reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.S
     # interpreted against the revision recorded here
     write_status(namespace, name, current, p.status)
     if p.children:
-        apply_children(p.children)
+        try:
+            apply_children(p.children)
+        except ApiException as exc:
+            message = f"applying the children failed: {exc.status} {exc.reason}: {_api_message(exc)}"
+            failed_apply = apply_failed(p.status, int(meta.get("generation") or 0), message)
+            write_status(namespace, name, p.status, failed_apply)
+            kopf.event(body, type="Warning", reason="ApplyFailed", message=message[:1024])
+            raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from None
     _post(body, p)
     return p
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message", ""))[:500]
+    except ValueError:
+        return str(exc.body)[:500]
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)

@@ -365,7 +365,7 @@ class LocalCluster:
                 f"--tls-cert-file={pki['apiserver.crt']}",
                 f"--tls-private-key-file={pki['apiserver.key']}",
                 f"--client-ca-file={pki['ca.crt']}",
-                "--service-cluster-ip-range=10.0.0.0/24",
+                "--service-cluster-ip-range=10.96.0.0/16",  # room for thousands of Services (data only)
                 f"--service-account-issuer=https://{LOOPBACK}:{port}",
                 f"--service-account-key-file={pki['sa.pub']}",
                 f"--service-account-signing-key-file={pki['sa.key']}",

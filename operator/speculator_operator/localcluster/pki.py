@@ -88,7 +88,7 @@ def write_pki(directory: Path) -> dict[str, Path]:
         ExtendedKeyUsageOID.SERVER_AUTH,
         [
             x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-            x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address("10.96.0.1")),  # the `kubernetes` Service
             x509.DNSName("localhost"),
             x509.DNSName("kubernetes"),
             x509.DNSName("kubernetes.default"),

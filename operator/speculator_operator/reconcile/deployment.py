@@ -11,8 +11,8 @@ keeps serving), Failed (nothing can be served).
 Condition reasons:
 - Audited: AuditPassed | AuditFailed | CheckpointUnreadable | VerifierUnreadable | TrainJobPending
 - VerifierCurrent: RevisionResolved | VerifierUnreadable
-- Serving: RolledOut | RollingOut | ScaledToZero | NotDeployed | CutoffUnsupported (message)
-- Ready: Ready | RollingOut | AuditFailed | InvalidSpec | ReleaseUnsupported | WaitingForInputs
+- Serving: RolledOut | RollingOut | ScaledToZero | NotDeployed | ApplyFailed
+- Ready: Ready | RollingOut | AuditFailed | InvalidSpec | ReleaseUnsupported | WaitingForInputs | ApplyFailed
 """
 
 from __future__ import annotations
@@ -217,3 +217,13 @@ def verifier_change(
             "Retrain, but this operator version cannot run a SpeculatorTrainJob yet: the current pair keeps serving",
         )
     return policy.lower(), _with(status, generation, _cond(generation, "VerifierCurrent", False, reason, message))
+
+
+def apply_failed(status: dict[str, Any], generation: int, message: str) -> dict[str, Any]:
+    """The status when the API server refused a child: not serving, with its words; retried."""
+    return _with(
+        status, generation,
+        _cond(generation, "Serving", False, "ApplyFailed", message),
+        _cond(generation, "Ready", False, "ApplyFailed", message),
+        phase="Degraded" if status.get("readyReplicas") else "Deploying",
+    )  # fmt: skip
