@@ -1,0 +1,122 @@
+"""The SpeculatorDeployment planner, without a cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.checkpoint import audit
+from speculator_operator.reconcile.deployment import Observed, apply_failed, plan, serving_status, verifier_change
+from speculator_operator.releases import get_release
+
+from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
+
+SPEC = SpeculatorDeploymentSpec.model_validate(
+    {"verifier": {"model": "Qwen/Qwen3-8B"}, "speculator": {"source": "hf://acme/d"}, "serving": {"replicas": 2}}
+)
+
+
+def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+@pytest.fixture
+def good(tmp_path: Path) -> Any:
+    write_checkpoint(tmp_path / "good", *eagle3())
+    return audit(str(tmp_path / "good"), verifier=QWEN3_8B, release=get_release())
+
+
+@pytest.fixture
+def bad(tmp_path: Path) -> Any:
+    config, tensors = eagle3()
+    tensors["fc.weight"] = ("BF16", [4096, 4096])
+    write_checkpoint(tmp_path / "bad", config, tensors)
+    return audit(str(tmp_path / "bad"), verifier=QWEN3_8B, release=get_release())
+
+
+def child(revision: str, ready: int, replicas: int = 2) -> dict[str, Any]:
+    return {"metadata": {"generation": 1, "annotations": {"speculators.dev/revision": revision}},
+            "status": {"observedGeneration": 1, "replicas": replicas, "readyReplicas": ready,
+                       "updatedReplicas": ready, "availableReplicas": ready}}  # fmt: skip
+
+
+def test_passing_audit_renders_children_and_waits_for_replicas(good: Any) -> None:
+    p = plan(
+        "q", "ns", "uid", SPEC, get_release(), Observed(generation=3, status={}, verifier_revision="v1", audit=good)
+    )
+    assert [c["kind"] for c in p.children or []] == ["Deployment", "Service", "PodDisruptionBudget"]
+    assert p.status["phase"] == "Deploying"
+    assert conds(p.status)["Audited"] == ("True", "AuditPassed")
+    assert conds(p.status)["Ready"] == ("False", "RollingOut")
+    assert all(c["observedGeneration"] == 3 for c in p.status["conditions"])
+    assert p.status["numSpeculativeTokens"] == 3
+    ready = plan("q", "ns", "uid", SPEC, get_release(),
+                 Observed(3, p.status, "v1", good, child=child(p.status["revision"], 2)))  # fmt: skip
+    assert ready.status["phase"] == "Ready"
+    assert conds(ready.status)["Ready"] == ("True", "Ready")
+    # the same world again: the same status (so nothing is written)
+    again = plan("q", "ns", "uid", SPEC, get_release(),
+                 Observed(3, ready.status, "v1", good, child=child(p.status["revision"], 2)))  # fmt: skip
+    assert again.status == ready.status
+    assert again.events == []
+
+
+def test_failing_audit_creates_nothing_or_keeps_the_last_good_pair(bad: Any) -> None:
+    p = plan("q", "ns", "uid", SPEC, get_release(), Observed(1, {}, "v1", bad))
+    assert p.children is None
+    assert p.status["phase"] == "Failed"
+    assert conds(p.status)["Audited"] == ("False", "AuditFailed")
+    assert any(f["rule"] == "fc-shape" for f in p.status["audit"]["findings"])
+    assert p.events[0][:2] == ("Warning", "AuditFailed")
+    kept = plan("q", "ns", "uid", SPEC, get_release(), Observed(2, {}, "v2", bad, child=child("old", 2)))
+    assert kept.children is None
+    assert kept.status["phase"] == "Degraded"
+
+
+def test_unreadable_input_waits() -> None:
+    p = plan("q", "ns", "uid", SPEC, get_release(),
+             Observed(1, {}, problem=("CheckpointUnreadable", "s3://x/config.json: no such object")))  # fmt: skip
+    assert p.children is None
+    assert p.status["phase"] == "Pending"
+    assert conds(p.status)["Audited"] == ("Unknown", "CheckpointUnreadable")
+
+
+def test_serving_status_counts_only_the_current_revision() -> None:
+    assert serving_status(SPEC, "new", child("old", 2))["ready"] is False
+    assert serving_status(SPEC, "new", child("old", 2))["updatedReplicas"] == 0
+    assert serving_status(SPEC, "new", child("new", 1))["ready"] is False
+    assert serving_status(SPEC, "new", child("new", 2))["ready"] is True
+    assert serving_status(SPEC, "new", None)["reason"] == "NotDeployed"
+
+
+@pytest.mark.parametrize(
+    ("policy", "action", "reason"),
+    [
+        ("Redeploy", "redeploy", None),
+        ("Pause", "pause", "VerifierChanged"),
+        ("Retrain", "retrain", "RetrainUnavailable"),
+    ],
+)
+def test_verifier_change_follows_the_policy(policy: str, action: str, reason: str | None) -> None:
+    spec = SPEC.model_copy(
+        update={"upgrade_policy": SPEC.upgrade_policy.model_copy(update={"on_verifier_change": policy})}
+    )
+    status = {"verifierRevision": "v1", "conditions": []}
+    assert verifier_change(spec, status, "v1", 1) == ("none", None)
+    assert verifier_change(spec, {}, "v2", 1) == ("none", None)
+    got, new = verifier_change(spec, status, "v2", 1)
+    assert got == action
+    if reason is None:
+        assert new is None
+    else:
+        assert new is not None
+        assert conds(new)["VerifierCurrent"] == ("False", reason)
+
+
+def test_apply_failure_is_reported() -> None:
+    status = apply_failed({"readyReplicas": 2, "conditions": []}, 4, "403 Forbidden: exceeded quota")
+    assert status["phase"] == "Degraded"
+    assert conds(status)["Serving"] == ("False", "ApplyFailed")
