@@ -31,6 +31,9 @@ BIG_VERIFIER = {
     "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 25600,
     "vocab_size": 151936,
 }  # fmt: skip
+
+
+# a Qwen3-0.6B-shaped verifier: its EAGLE-3 draft is a few hundred MB, worth downloading for comparison
 SMALL_VERIFIER = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28,
     "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,

@@ -30,6 +30,7 @@ from kubernetes.dynamic import DynamicClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.ckptgen import SMALL_QWEN3 as SMALL
 from tests.ckptgen import eagle3, write_checkpoint
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
@@ -37,11 +38,6 @@ from speculator_operator.localcluster import LocalCluster
 from speculator_operator.releases import get_release
 from speculator_operator.render.serving import Draft, Inputs, render
 
-SMALL = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "num_hidden_layers": 8,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512,
-    "vocab_size": 4096,
-}  # fmt: skip
 AGENTS = ("kopf/", "OpenAPI-Generator/")
 
 

@@ -10,13 +10,8 @@ from pathlib import Path
 import boto3
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.ckptgen import SMALL_QWEN3 as VERIFIER
 from tests.ckptgen import eagle3, write_checkpoint
-
-VERIFIER = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "num_hidden_layers": 8,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512,
-    "vocab_size": 4096,
-}  # fmt: skip
 
 
 def main() -> None:

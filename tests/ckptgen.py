@@ -31,6 +31,14 @@ QWEN3_8B = {
 }
 
 
+# A small Qwen3 verifier's config (hidden 256, 8 layers, vocab 4096): drafts for it are a few MB.
+SMALL_QWEN3 = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "num_hidden_layers": 8,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512,
+    "vocab_size": 4096,
+}  # fmt: skip
+
+
 def write_safetensors(path: Path, tensors: Tensors, sparse: bool = True, fill: bytes = b"\x01") -> int:
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0

@@ -25,6 +25,7 @@ from kubernetes import client, config
 
 from speculator_operator.localcluster import ClusterInfo, LocalCluster, S3Info
 
+from ..ckptgen import SMALL_QWEN3 as SMALL
 from ..ckptgen import eagle3, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,13 +143,6 @@ def eventually(check: Callable[[], T], timeout: float = 60, interval: float = 0.
             if time.monotonic() > deadline:
                 raise
         time.sleep(interval)
-
-
-SMALL = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "num_hidden_layers": 8,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512,
-    "vocab_size": 4096,
-}  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -15,16 +15,11 @@ import pytest
 from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoint
 from speculator_operator.checkpoint.sources import S3Source
 
+from ..ckptgen import SMALL_QWEN3 as SMALL
 from ..ckptgen import dflash, eagle3, write_checkpoint
 from .conftest import Cluster
 
 pytestmark = pytest.mark.cluster
-
-SMALL = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256, "num_hidden_layers": 8,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512,
-    "vocab_size": 4096,
-}  # fmt: skip
 
 
 @pytest.fixture

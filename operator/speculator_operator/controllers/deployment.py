@@ -200,6 +200,14 @@ def reconcile(
         raise kopf.TemporaryError("waiting for inputs; see status.conditions", delay=RETRY_SECONDS)
 
 
+def _parsed(spec: kopf.Spec) -> SpeculatorDeploymentSpec | None:
+    """The typed spec, or None when it does not validate (the create/update handler reports that)."""
+    try:
+        return SpeculatorDeploymentSpec.model_validate(dict(spec))
+    except ValidationError:
+        return None
+
+
 def resolve_verifier_revision(spec: SpeculatorDeploymentSpec, namespace: str) -> str | None:
     """The verifier's revision now: the hub commit of spec.verifier.revision, or a config.json digest."""
     model = spec.verifier.model
@@ -216,11 +224,8 @@ def poll_verifier(
     uid: str, memo: Any, **_: Any,
 ) -> None:  # fmt: skip
     """Re-resolve the verifier revision every upgradePolicy.pollIntervalSeconds and act on a change."""
-    if namespace is None:
-        return
-    try:
-        parsed = SpeculatorDeploymentSpec.model_validate(dict(spec))
-    except ValidationError:
+    parsed = _parsed(spec)
+    if namespace is None or parsed is None:
         return
     now = time.monotonic()
     last = memo.get("verifier_polled")
@@ -272,11 +277,8 @@ def resync(
 ) -> None:
     """A missed child event must not leave the status stale: compare with the child now and then.
     Writes only when something differs."""
-    if namespace is None:
-        return
-    try:
-        parsed = SpeculatorDeploymentSpec.model_validate(dict(spec))
-    except ValidationError:
+    parsed = _parsed(spec)
+    if namespace is None or parsed is None:
         return
     current = dict(status or {})
     write_status(namespace, name, current, refresh_serving(parsed, current, current_child(namespace, name),
