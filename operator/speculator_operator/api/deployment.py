@@ -39,6 +39,23 @@ class Verifier(Model):
         description="Secret with HF_TOKEN and/or AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL.",
     )
 
+    @property
+    def is_hub(self) -> bool:
+        return not self.model.startswith(("s3://", "pvc://"))
+
+    @property
+    def uri(self) -> str:
+        """hf://org/name, s3://..., or pvc://... (a bare org/name is a hub id)."""
+        return f"hf://{self.model.removeprefix('hf://')}" if self.is_hub else self.model
+
+    @property
+    def config_location(self) -> str | None:
+        """Where the operator reads the verifier's config.json (pinned to `revision` on the hub); None
+        for pvc://, which only the pods mount."""
+        if self.model.startswith("pvc://"):
+            return None
+        return f"{self.uri}@{self.revision}" if self.is_hub else self.model
+
 
 class Speculator(Model):
     """The draft: exactly one of source or fromTrainJob."""

@@ -111,12 +111,10 @@ def _observe_inputs(
         return obs
     verifier_creds = secret_data(namespace, spec.verifier.credentials.name if spec.verifier.credentials else None)
     draft_creds = secret_data(namespace, spec.speculator.credentials.name if spec.speculator.credentials else None)
-    model = spec.verifier.model
-    location = model if model.startswith(("s3://", "pvc://", "hf://")) else f"hf://{model}"
-    if not location.startswith("pvc://"):
-        location_at = location if location.startswith("s3://") else f"{location}@{spec.verifier.revision}"
+    location = spec.verifier.config_location
+    if location is not None:
         try:
-            verifier, revision = load_verifier_config(location_at, verifier_creds)
+            verifier, revision = load_verifier_config(location, verifier_creds)
         except CheckpointError as exc:
             obs.problem = ("VerifierUnreadable", str(exc))
             return obs
@@ -130,7 +128,7 @@ def _observe_inputs(
     except CheckpointError as exc:
         obs.problem = ("CheckpointUnreadable", str(exc))
         return obs
-    obs.audit = audit(ck, verifier=verifier, served_verifier=location, release=release,
+    obs.audit = audit(ck, verifier=verifier, served_verifier=spec.verifier.uri, release=release,
                       allow_lossy=spec.audit.allow_lossy)  # fmt: skip
     return obs
 
@@ -210,11 +208,10 @@ def _parsed(spec: kopf.Spec) -> SpeculatorDeploymentSpec | None:
 
 def resolve_verifier_revision(spec: SpeculatorDeploymentSpec, namespace: str) -> str | None:
     """The verifier's revision now: the hub commit of spec.verifier.revision, or a config.json digest."""
-    model = spec.verifier.model
-    if model.startswith("pvc://"):
+    location = spec.verifier.config_location
+    if location is None:
         return None
     creds = secret_data(namespace, spec.verifier.credentials.name if spec.verifier.credentials else None)
-    location = model if model.startswith("s3://") else f"hf://{model.removeprefix('hf://')}@{spec.verifier.revision}"
     return load_verifier_config(location, creds)[1]
 
 

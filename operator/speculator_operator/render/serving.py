@@ -131,12 +131,10 @@ def pvc_volume(uri: str, name: str, mount: str) -> tuple[dict[str, Any], dict[st
 
 def _verifier_location(inputs: Inputs) -> tuple[str, list[str]]:
     """What vLLM is given as the model, and the extra args that pin it."""
-    model = inputs.spec.verifier.model
-    if model.startswith(("s3://", "pvc://")):
+    verifier = inputs.spec.verifier
+    if not verifier.is_hub:
         return VERIFIER_DIR, []
-    repo = model.removeprefix("hf://")
-    revision = inputs.verifier_revision or inputs.spec.verifier.revision
-    return repo, ["--revision", revision]
+    return verifier.uri.removeprefix("hf://"), ["--revision", inputs.verifier_revision or verifier.revision]
 
 
 def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any], list[tuple[str, str]]]:
@@ -223,12 +221,10 @@ def render(inputs: Inputs) -> Rendered:
         volumes.append(volume)
         mounts.append(mount)
     # what the entrypoint audits the draft against: the mounted/staged copy, or the pinned hub commit
-    if spec.verifier.model.startswith(("s3://", "pvc://")):
-        served_verifier = VERIFIER_DIR
+    if spec.verifier.is_hub:
+        served_verifier = f"{spec.verifier.uri}@{inputs.verifier_revision or spec.verifier.revision}"
     else:
-        served_verifier = (
-            f"hf://{spec.verifier.model.removeprefix('hf://')}@{inputs.verifier_revision or spec.verifier.revision}"
-        )
+        served_verifier = VERIFIER_DIR
     container = {
         "name": "vllm",
         "image": inputs.release.image("server"),
