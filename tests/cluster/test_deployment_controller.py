@@ -200,3 +200,14 @@ def test_a_refused_child_is_reported_and_retried(
     eventually(lambda: _events(cluster, namespace, "quota", "ApplyFailed"))
     core.delete_namespaced_resource_quota("no-services", namespace)
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/quota", "--timeout=120s")
+
+
+def test_a_missing_credentials_secret_waits_with_a_reason(
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str
+) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("nocreds", store, "good", "no-such-secret"))
+    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Pending", "sdep/nocreds",
+                    "--timeout=120s")  # fmt: skip
+    conds = {c["type"]: c for c in get(cluster, namespace, "sdep/nocreds")["status"]["conditions"]}
+    assert conds["Audited"]["reason"] == "CredentialsUnreadable"
+    assert "no-such-secret" in conds["Audited"]["message"]

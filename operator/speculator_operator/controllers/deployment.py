@@ -43,13 +43,17 @@ def api() -> client.ApiClient:
     return client.ApiClient()
 
 
+class CredentialsError(Exception):
+    pass
+
+
 def secret_data(namespace: str, name: str | None) -> dict[str, str] | None:
     if not name:
         return None
     try:
         secret = client.CoreV1Api(api()).read_namespaced_secret(name, namespace)
     except ApiException as exc:
-        raise kopf.TemporaryError(f"Secret {namespace}/{name}: {exc.reason}", delay=RETRY_SECONDS) from None
+        raise CredentialsError(f"Secret {namespace}/{name}: {exc.reason}") from None
     return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
 
 
@@ -109,8 +113,12 @@ def _observe_inputs(
         obs.problem = ("TrainJobPending", f"SpeculatorTrainJob {spec.speculator.from_train_job!r}: serving a "
                        "train job's output is not supported by this operator version yet")  # fmt: skip
         return obs
-    verifier_creds = secret_data(namespace, spec.verifier.credentials.name if spec.verifier.credentials else None)
-    draft_creds = secret_data(namespace, spec.speculator.credentials.name if spec.speculator.credentials else None)
+    try:
+        verifier_creds = secret_data(namespace, spec.verifier.credentials.name if spec.verifier.credentials else None)
+        draft_creds = secret_data(namespace, spec.speculator.credentials.name if spec.speculator.credentials else None)
+    except CredentialsError as exc:
+        obs.problem = ("CredentialsUnreadable", str(exc))
+        return obs
     location = spec.verifier.config_location
     if location is not None:
         try:
@@ -233,7 +241,7 @@ def poll_verifier(
         return  # the create/resume handler has just resolved it
     try:
         resolved = resolve_verifier_revision(parsed, namespace)
-    except (CheckpointError, kopf.TemporaryError) as exc:
+    except (CheckpointError, CredentialsError) as exc:
         log.warning("%s/%s: verifier revision not resolved: %s", namespace, name, exc)
         return
     current = dict(status or {})

@@ -9,7 +9,8 @@ the current revision ready), Ready, Degraded (the new pair failed its audit whil
 keeps serving), Failed (nothing can be served).
 
 Condition reasons:
-- Audited: AuditPassed | AuditFailed | CheckpointUnreadable | VerifierUnreadable | TrainJobPending
+- Audited: AuditPassed | AuditFailed | CheckpointUnreadable | VerifierUnreadable | CredentialsUnreadable |
+  TrainJobPending
 - VerifierCurrent: RevisionResolved | VerifierUnreadable
 - Serving: RolledOut | RollingOut | ScaledToZero | NotDeployed | ApplyFailed
 - Ready: Ready | RollingOut | AuditFailed | InvalidSpec | ReleaseUnsupported | WaitingForInputs | ApplyFailed
