@@ -10,6 +10,7 @@ Run: hack/bench audit   (or: python bench/audit.py --bin-dir DIR, inside the pro
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import struct
 import sys
@@ -118,6 +119,8 @@ def bench_s3(root: Path, bin_dir: Path, runs: int) -> None:
 
 
 def main() -> None:
+    # a terminated benchmark still stops the processes it started (the finally blocks run)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin-dir", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=20)

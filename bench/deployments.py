@@ -16,6 +16,7 @@ import argparse
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,8 @@ def wait_ready(apps: client.AppsV1Api, namespace: str, n: int, timeout: float) -
 
 
 def main() -> None:
+    # a terminated benchmark still stops the processes it started (the finally blocks run)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin-dir", type=Path, required=True)
     parser.add_argument("-n", type=int, default=int(os.environ.get("BENCH_N", "200")))
