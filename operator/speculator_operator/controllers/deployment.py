@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import logging
@@ -39,7 +40,9 @@ POLL_TICK_SECONDS = float(os.environ.get("SPECULATOR_POLL_TICK_SECONDS", "10"))
 log = logging.getLogger(__name__)
 
 
+@functools.cache
 def api() -> client.ApiClient:
+    """One client (one connection pool) for the process, made after the startup handler loaded the config."""
     return client.ApiClient()
 
 
