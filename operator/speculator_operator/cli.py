@@ -56,11 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     rd = sub.add_parser(
         "render",
-        help="print the children a SpeculatorDeployment would get, without a cluster (GitOps preview)",
-        description="Render the Deployment, Service and PodDisruptionBudget for a SpeculatorDeployment manifest. "
-        "The draft's algorithm and K are read from its checkpoint (header-only) unless given.",
+        help="print the children a SpeculatorDeployment or SpeculatorTrainJob would get, without a cluster",
+        description="Render the Deployment, Service and PodDisruptionBudget for a SpeculatorDeployment manifest "
+        "(the draft's algorithm and K are read from its checkpoint, header-only, unless given), or every stage's "
+        "children of a SpeculatorTrainJob (the verifier's layer count is read from its config.json unless given).",
     )
-    rd.add_argument("file", metavar="FILE", help="a SpeculatorDeployment manifest (YAML or JSON; - for stdin)")
+    rd.add_argument("file", metavar="FILE", help="a manifest (YAML or JSON, several documents allowed; - for stdin)")
+    rd.add_argument("--verifier-layers", type=int, help="train jobs: skip reading the verifier: its num_hidden_layers")
     rd.add_argument("--draft-algorithm", help="skip reading the checkpoint: its speculators_model_type")
     rd.add_argument("--draft-tokens", type=int, help="skip reading the checkpoint: its speculative_tokens")
     rd.add_argument("--verifier-revision", help="the resolved verifier commit (default: spec.verifier.revision)")
@@ -77,6 +79,31 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--release", required=True)
     sv.add_argument("--allow-lossy", action="store_true")
     sv.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then the vLLM arguments (serve MODEL ...)")
+
+    vl = sub.add_parser("vllm", help="(in pods) exec vLLM with the given arguments (no draft to audit)")
+    vl.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then the vLLM arguments (serve MODEL ...)")
+
+    tr = sub.add_parser("trainer", help="(in the trainer image) the stages of a SpeculatorTrainJob")
+    trs = tr.add_subparsers(dest="trainer_command", metavar="STAGE", parser_class=_Parser, required=True)
+    f = trs.add_parser("fetch", help="stage the verifier and the s3:// / pvc:// data into the workspace")
+    f.add_argument("--verifier", required=True)
+    f.add_argument("--dest", required=True)
+    f.add_argument("--revision")
+    f.add_argument("--data", action="append", default=[], metavar="SOURCE=DEST")
+    r2 = trs.add_parser("run", help="run a stage's tool and report its outcome")
+    r2.add_argument("--stage", required=True)
+    r2.add_argument("tool", nargs=argparse.REMAINDER, help="-- then the command")
+    au = trs.add_parser("audit", help="audit the trained checkpoint (exit 1: errors, 2: unreadable)")
+    au.add_argument("checkpoints")
+    au.add_argument("--verifier", required=True)
+    au.add_argument("--release")
+    pb = trs.add_parser("publish", help="publish the audited checkpoint atomically (s3://, hf://, a folder)")
+    pb.add_argument("checkpoints")
+    pb.add_argument("target")
+    pb.add_argument("--verifier", required=True, help="the verifier's identity to record in config.json")
+    pb.add_argument("--verifier-revision", required=True)
+    pb.add_argument("--job", required=True)
+    pb.add_argument("--release", required=True)
 
     rn = sub.add_parser("run", help="run the operator (kopf) against the cluster of KUBECONFIG or in-cluster")
     scope = rn.add_mutually_exclusive_group()
@@ -123,9 +150,12 @@ def _render(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.file}: not YAML: {str(exc).splitlines()[0]}") from None
     out = []
     for doc in docs:
-        if not isinstance(doc, dict) or doc.get("kind") != "SpeculatorDeployment":
-            kind = doc.get("kind") if isinstance(doc, dict) else doc
-            raise UsageError(f"{args.file}: expected kind SpeculatorDeployment, got {kind!r}")
+        kind = doc.get("kind") if isinstance(doc, dict) else doc
+        if kind == "SpeculatorTrainJob":
+            out.extend(_render_trainjob(args, doc))
+            continue
+        if kind != "SpeculatorDeployment":
+            raise UsageError(f"{args.file}: expected kind SpeculatorDeployment or SpeculatorTrainJob, got {kind!r}")
         meta = doc.get("metadata") or {}
         try:
             spec = SpeculatorDeploymentSpec.model_validate(doc.get("spec") or {})
@@ -152,6 +182,36 @@ def _render(args: argparse.Namespace) -> int:
             print(f"# {name}: {reason}: {message}", file=sys.stderr)
     print("---\n".join(yaml.safe_dump(d, sort_keys=False, width=120) for d in out), end="")
     return 0
+
+
+def _spec_error(file: str, exc: Any) -> UsageError:
+    first = exc.errors()[0]
+    return UsageError(f"{file}: spec.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+
+
+def _render_trainjob(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    from pydantic import ValidationError
+
+    from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+    from speculator_operator.render.training import Inputs, render_all, verifier_layers
+
+    meta = doc.get("metadata") or {}
+    try:
+        spec = SpeculatorTrainJobSpec.model_validate(doc.get("spec") or {})
+    except ValidationError as exc:
+        raise _spec_error(args.file, exc) from None
+    release = get_release(spec.release)
+    revision = args.verifier_revision
+    layers = args.verifier_layers
+    if layers is None:
+        location = spec.verifier.config_location
+        if location is None:
+            raise UsageError("a pvc:// verifier cannot be read here: pass --verifier-layers")
+        config, resolved = load_verifier_config(location)
+        layers, revision = verifier_layers(config), revision or resolved
+    name = meta.get("name") or "unnamed"
+    namespace = meta.get("namespace") or args.namespace or "default"
+    return render_all(Inputs(name, namespace, spec, release, revision, layers))
 
 
 def _read_text(path: str) -> str:
@@ -245,6 +305,19 @@ def _print_text(report: AuditReport) -> None:
     )
 
 
+def _trainer(args: argparse.Namespace) -> int:
+    from speculator_operator import trainer
+
+    if args.trainer_command == "fetch":
+        return trainer.fetch(args.verifier, args.dest, args.revision, args.data)
+    if args.trainer_command == "run":
+        return trainer.run(args.stage, args.tool[1:] if args.tool[:1] == ["--"] else args.tool)
+    if args.trainer_command == "audit":
+        return trainer.audit_checkpoint(args.checkpoints, args.verifier, args.release)
+    return trainer.publish(args.checkpoints, args.target, args.verifier, args.verifier_revision, args.job,
+                           args.release)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -274,6 +347,12 @@ def main(argv: list[str] | None = None) -> int:
             from speculator_operator.entrypoints import stage
 
             return stage(args.source, args.dest, args.revision)
+        if args.command == "vllm":
+            from speculator_operator.entrypoints import exec_vllm
+
+            return exec_vllm(args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args)
+        if args.command == "trainer":
+            return _trainer(args)
         if args.command == "serve":
             from speculator_operator.entrypoints import serve
 

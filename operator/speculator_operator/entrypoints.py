@@ -37,6 +37,13 @@ def vllm_argv(args: list[str]) -> list[str]:
     raise ValueError(f"{LAUNCHER_ENV} must be cli or api-server, got {launcher!r}")
 
 
+def exec_vllm(args: list[str]) -> int:
+    """Exec vLLM with exactly these arguments (the train job's plain and extraction servers)."""
+    argv = vllm_argv(args)
+    print(f"vllm: exec {' '.join(argv)}", file=sys.stderr, flush=True)
+    os.execvp(argv[0], argv)  # noqa: S606 - replacing this process with vLLM is the point
+
+
 def serve(draft: str, verifier: str, release_name: str, args: list[str], allow_lossy: bool = False) -> int:
     release = get_release(release_name)
     try:

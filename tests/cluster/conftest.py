@@ -7,6 +7,7 @@ scheduler, kwok) is started from the binaries of hack/build-kube. One namespace 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 
 import boto3
 import pytest
+from kopf.testing import KopfRunner
 from kubernetes import client, config
 
 from speculator_operator.localcluster import ClusterInfo, LocalCluster, S3Info
@@ -145,6 +147,23 @@ def eventually(check: Callable[[], T], timeout: float = 60, interval: float = 0.
         time.sleep(interval)
 
 
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, operator_crds: list[str]) -> Iterator[KopfRunner]:
+    """The operator (both kinds) in-process, watching every namespace; one per test module."""
+    old = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    args = ["run", "--standalone", "--all-namespaces", "-m", "speculator_operator.controllers"]
+    try:
+        with KopfRunner(args, timeout=60) as runner:
+            yield runner
+    finally:
+        if old is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = old
+    assert runner.exception is None, runner.exception
+
+
 @pytest.fixture(scope="session")
 def store(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Checkpoints and a verifier config in the real S3 server; returns their URIs."""
@@ -165,7 +184,11 @@ def store(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     for folder in ("good", "bad", "verifier"):
         for f in (root / folder).iterdir():
             s3.upload_file(str(f), bucket, f"{folder}/{f.name}")
-    return {"good": f"s3://{bucket}/good", "bad": f"s3://{bucket}/bad", "verifier": f"s3://{bucket}/verifier"}
+    rows = [{"conversations": [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": "ok"}]}
+            for i in range(4)]  # fmt: skip
+    s3.put_object(Bucket=bucket, Key="data/chat.jsonl", Body="".join(json.dumps(r) + "\n" for r in rows).encode())
+    return {"good": f"s3://{bucket}/good", "bad": f"s3://{bucket}/bad", "verifier": f"s3://{bucket}/verifier",
+            "data": f"s3://{bucket}/data/chat.jsonl"}  # fmt: skip
 
 
 @pytest.fixture
@@ -187,3 +210,44 @@ def sdep(name: str, store: dict[str, str], draft: str, creds: str, **serving: An
 
 def get(cluster: Cluster, namespace: str, what: str) -> dict[str, Any]:
     return json.loads(cluster.kubectl("get", "-n", namespace, what, "-o", "json").stdout)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def workspace(cluster: Cluster, namespace: str) -> Iterator[Callable[[str], str]]:
+    """Makes a PersistentVolume bound in advance to `<namespace>/<claim>` (no provisioner runs here), as an
+    RWX volume that a cluster admin would provide; returns the claim name. Removed afterwards."""
+    core = client.CoreV1Api(cluster.api)
+    made: list[str] = []
+
+    def make(claim: str) -> str:
+        name = f"pv-{namespace}-{claim}"[:253]
+        core.create_persistent_volume(client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=name, labels={"speculators.dev/test": "true"}),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "1Ti"}, access_modes=["ReadWriteMany", "ReadWriteOnce"],
+                host_path=client.V1HostPathVolumeSource(path=f"/tmp/{name}"),  # kwok starts no container
+                claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
+                persistent_volume_reclaim_policy="Delete",
+            ),
+        ))  # fmt: skip
+        made.append(name)
+        return claim
+
+    yield make
+    for name in made:
+        with contextlib.suppress(client.ApiException):
+            core.delete_persistent_volume(name)
+
+
+def stj(name: str, store: dict[str, str], creds: str, **spec: Any) -> str:
+    """A SpeculatorTrainJob manifest on the store's verifier; `spec` entries replace the defaults."""
+    body: dict[str, Any] = {
+        "verifier": {"model": store["verifier"], "credentials": {"name": creds}},
+        "algorithm": "eagle3",
+        "data": {"sources": [store["data"]]},
+        "output": {"uri": store["good"], "credentials": {"name": creds}},
+        "retries": 0,
+        **spec,
+    }
+    return json.dumps({"apiVersion": "speculators.dev/v1alpha1", "kind": "SpeculatorTrainJob",
+                       "metadata": {"name": name}, "spec": body})  # fmt: skip

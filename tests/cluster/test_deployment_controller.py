@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -15,22 +13,6 @@ from kubernetes import client
 from .conftest import SMALL, Cluster, eventually, get, sdep
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster, operator_crds: list[str]) -> Iterator[KopfRunner]:
-    old = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-    args = ["run", "--standalone", "--all-namespaces", "-m", "speculator_operator.controllers"]
-    try:
-        with KopfRunner(args, timeout=60) as runner:
-            yield runner
-    finally:
-        if old is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = old
-    assert runner.exception is None, runner.exception
 
 
 def test_audited_draft_is_served_and_ready(

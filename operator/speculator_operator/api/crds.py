@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from speculator_operator.api.common import CATEGORY, GROUP, VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.schema import structural
+from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 
 
 def _crd(
@@ -97,6 +98,33 @@ def speculator_deployment_crd() -> dict[str, Any]:
     )
 
 
+def speculator_train_job_crd() -> dict[str, Any]:
+    return _crd(
+        "SpeculatorTrainJob",
+        "speculatortrainjobs",
+        "stj",
+        SpeculatorTrainJobSpec,
+        SpeculatorTrainJobStatus,
+        "Trains a speculative-decoding draft for a verifier: data, hidden-state extraction with vLLM, "
+        "torchrun training with the pinned speculators, audit, and an atomic publish; optionally hands the "
+        "result to a SpeculatorDeployment.",
+        [
+            col("Phase", ".status.phase"),
+            col("Verifier", ".spec.verifier.model"),
+            col("Algorithm", ".spec.algorithm"),
+            col("Stage", ".status.stage"),
+            col("Epoch", ".status.progress.epoch", "integer"),
+            col("Checkpoint", ".status.checkpoint.uri"),
+            col("Age", ".metadata.creationTimestamp", "date"),
+            col("Digest", ".status.checkpoint.digest", priority=1),
+            col("Verifier-Rev", ".status.provenance.verifierRevision", priority=1),
+        ],
+    )
+
+
 def all_crds() -> dict[str, dict[str, Any]]:
     """File name in crds/ -> CRD."""
-    return {f"{GROUP}_speculatordeployments.yaml": speculator_deployment_crd()}
+    return {
+        f"{GROUP}_speculatordeployments.yaml": speculator_deployment_crd(),
+        f"{GROUP}_speculatortrainjobs.yaml": speculator_train_job_crd(),
+    }

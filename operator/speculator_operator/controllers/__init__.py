@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 from kubernetes import config as kube_config
 
-from speculator_operator.controllers import deployment  # noqa: F401  (registers the handlers)
+from speculator_operator.controllers import deployment, trainjob  # noqa: F401  (registers the handlers)
 
 
 @kopf.on.login()

@@ -1,0 +1,292 @@
+"""SpeculatorTrainJob: data -> hidden states -> training -> audit -> publish, one Kubernetes Job per stage.
+
+The spec admits only the pipeline that works with the pinned speculators release (see
+shared/reference/speculators.md §10): token frequencies are always written when a draft vocabulary is
+set, offline runs never fall back to online generation, the extraction server's model name is the
+trainer's verifier name, and hybrid hidden-state caching (gone in 0.9.0) cannot be asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from speculator_operator.api.common import Condition, Model, SecretRef
+from speculator_operator.api.deployment import AuditSummary, Verifier
+
+Algorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]
+Phase = Literal[
+    "Pending", "Regenerating", "Preparing", "Extracting", "Training", "Auditing", "Publishing", "Succeeded", "Failed"
+]  # fmt: skip
+StagePhase = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+_PRESETS = ("sharegpt", "ultrachat", "gsm8k", "magpie", "nemotron", "open-perfectblend", "hermes-fc")
+_SOURCE = r"^(hf:[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]*){0,2}|hf://datasets/.+\.jsonl?|s3://[a-z0-9][a-z0-9.-]*/.+|pvc://[a-z0-9][a-z0-9.-]*/.+)$"
+
+
+def _preserve(description: str) -> Any:
+    extra: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
+    return Field(default=None, description=description, json_schema_extra=extra)
+
+
+class PodOptions(Model):
+    """Where and how a stage's pods run."""
+
+    resources: dict[str, dict[str, int | str]] | None = Field(
+        default=None, description="Container resources; GPU stages default to nvidia.com/gpu per node."
+    )
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict[str, Any]] | None = Field(
+        default=None, json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    )
+    labels: dict[str, str] | None = Field(default=None, description="Extra pod labels.")
+    annotations: dict[str, str] | None = Field(default=None, description="Extra pod annotations.")
+
+
+class Regenerate(Model):
+    """On-policy data: the verifier answers the prompts itself (speculators regenerate-responses)."""
+
+    dataset: str = Field(
+        min_length=1,
+        max_length=512,
+        description=f"A preset ({', '.join(_PRESETS)}) or a .json/.jsonl source (s3:// or pvc://).",
+    )
+    split: str | None = Field(default=None, max_length=64)
+    subset: str | None = Field(default=None, max_length=128)
+    limit: int | None = Field(default=None, ge=1, le=100_000_000, description="Prompts to answer.")
+    max_tokens: int = Field(default=8192, ge=1, le=1_048_576, description="Longest generated answer.")
+    concurrency: int = Field(default=64, ge=1, le=4096)
+    sampling_params: dict[str, Any] | None = _preserve("JSON sampling parameters for the verifier.")
+
+
+class Data(Model):
+    sources: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Inputs for prepare-data: hf:org/dataset[:subset:split], hf://datasets/org/repo/file.jsonl, "
+        "s3://bucket/file-or-prefix, pvc://claim/path. Left out when regenerate produces the data.",
+        json_schema_extra={"items": {"type": "string", "maxLength": 512, "pattern": _SOURCE}},
+    )
+    format: Literal["conversations", "pretokenized"] = Field(
+        default="conversations",
+        description="conversations: rendered through the verifier's chat template by a vLLM render endpoint; "
+        "pretokenized: rows already carry input_ids and loss_mask (no server needed).",
+    )
+    regenerate: Regenerate | None = None
+    max_samples: int | None = Field(default=None, ge=1, le=100_000_000)
+    seq_length: int = Field(default=8192, ge=16, le=1_048_576, description="Truncation length and tokens per step.")
+
+
+class Draft(Model):
+    """The draft's shape; anything left out takes speculators' own default for the algorithm."""
+
+    num_layers: int | None = Field(default=None, ge=1, le=64)
+    draft_arch: Literal["llama", "qwen3"] | None = None
+    draft_vocab_size: int | None = Field(
+        default=None, ge=1, le=1_048_576, description="Reduced vocabulary; token frequencies are then always written."
+    )
+    block_size: int | None = Field(default=None, ge=1, le=64, description="DFlash family: tokens per block (>= 2).")
+    ttt_steps: int | None = Field(default=None, ge=1, le=64, description="EAGLE-3: training-time test steps (= K).")
+    num_depths: int | None = Field(default=None, ge=1, le=64, description="P-EAGLE: parallel depths (= K).")
+    num_speculative_steps: int | None = Field(default=None, ge=1, le=64, description="MTP: steps (= K).")
+    target_layer_ids: list[int] | None = Field(
+        default=None,
+        max_length=16,
+        description="Verifier layers the draft reads (default [2, L//2, L-3]); extraction adds the last layer L.",
+        json_schema_extra={"items": {"type": "integer", "minimum": 0, "maximum": 1024}},
+    )
+    from_pretrained: str | None = Field(default=None, max_length=512, description="Start from this draft (path or id).")
+
+
+class Workspace(Model):
+    """The shared volume: data, hidden states, checkpoints. vLLM and the trainer mount it at one path."""
+
+    claim_name: str | None = Field(default=None, max_length=253, description="An existing claim to use.")
+    size: str = Field(default="100Gi", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+    storage_class_name: str | None = Field(default=None, max_length=253)
+    access_mode: Literal["ReadWriteMany", "ReadWriteOnce"] = Field(
+        default="ReadWriteMany", description="ReadWriteMany unless every pod lands on one node."
+    )
+
+
+class HiddenStates(Model):
+    mode: Literal["offline", "online"] = Field(
+        default="offline",
+        description="offline: extract every sample first (generate-offline-data), then train with "
+        "--on-missing raise; online: the trainer asks the extraction server while it trains.",
+    )
+    backend: Literal["file", "fp8", "mooncake"] = Field(default="file", description="hs-connectors backend.")
+    mooncake_master: str | None = Field(default=None, max_length=253, description="host:port of mooncake_master.")
+    replicas: int = Field(default=1, ge=1, le=256, description="Extraction servers (offline: one data rank each).")
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    concurrency: int = Field(default=32, ge=1, le=4096)
+
+
+class Training(Model):
+    epochs: int = Field(default=3, ge=1, le=10_000)
+    lr: float | None = Field(default=None, ge=0, le=10, description="Learning rate (speculators' default if unset).")
+    nodes: int = Field(default=1, ge=1, le=1024)
+    gpus_per_node: int = Field(default=1, ge=1, le=64)
+    fsdp: bool = Field(default=False, description="Shard with FSDP2 instead of DDP.")
+    dry_run: bool = Field(
+        default=False,
+        description="Build and save the initialised draft without training (speculators train --dry-run): no "
+        "accelerator, no hidden states; checks the rest of the pipeline end to end.",
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="More `speculators train` flags; each must be a flag of the pinned speculators, and flags "
+        "the operator renders are refused.",
+        json_schema_extra={"items": {"type": "string", "maxLength": 1024}},
+    )
+
+
+class Output(Model):
+    uri: str = Field(
+        max_length=512,
+        pattern=r"^(s3://[a-z0-9][a-z0-9.-]*/.+|hf://[A-Za-z0-9][\w.-]*/[\w.-]+|pvc://[a-z0-9][a-z0-9.-]*/.+)$",
+        description="Where the audited checkpoint is published: s3://bucket/prefix, hf://org/repo or pvc://claim/path.",
+    )
+    credentials: SecretRef | None = Field(default=None, description="Secret with AWS_* or HF_TOKEN.")
+
+
+class Stages(Model):
+    """Per-stage pod options: cpu stages (fetch, regenerate, prepare, extract client, audit, publish), the
+    vLLM servers, and the trainer."""
+
+    cpu: PodOptions = Field(default_factory=PodOptions, json_schema_extra={"default": {}})
+    server: PodOptions = Field(default_factory=PodOptions, json_schema_extra={"default": {}})
+    trainer: PodOptions = Field(default_factory=PodOptions, json_schema_extra={"default": {}})
+
+
+_RULES: list[Any] = [
+    {
+        "rule": "(has(self.data.sources) && size(self.data.sources) > 0) || has(self.data.regenerate)",
+        "message": "data needs sources or regenerate",
+        "fieldPath": ".data",
+    },
+    {
+        "rule": "self.hiddenStates.mode == 'online' || self.hiddenStates.backend != 'mooncake'",
+        "message": "offline hidden states need a file-like backend (file or fp8): generate-offline-data cannot "
+        "use mooncake",
+        "fieldPath": ".hiddenStates.backend",
+    },
+    {
+        "rule": "self.hiddenStates.backend != 'mooncake' || has(self.hiddenStates.mooncakeMaster)",
+        "message": "the mooncake backend needs hiddenStates.mooncakeMaster",
+        "fieldPath": ".hiddenStates.mooncakeMaster",
+    },
+    {
+        "rule": "self.hiddenStates.mode == 'offline' || self.hiddenStates.backend == 'mooncake' || "
+        "self.workspace.accessMode == 'ReadWriteMany'",
+        "message": "online hidden states with the file or fp8 backend need a ReadWriteMany workspace (vLLM and "
+        "the trainer share files at one path) or the mooncake backend",
+        "fieldPath": ".workspace.accessMode",
+    },
+    {
+        "rule": "self.training.nodes == 1 || self.workspace.accessMode == 'ReadWriteMany'",
+        "message": "training on several nodes needs a ReadWriteMany workspace",
+        "fieldPath": ".workspace.accessMode",
+    },
+    {
+        "rule": "!(self.algorithm in ['dflash', 'dflash2', 'dspark']) || !has(self.draft.blockSize) || "
+        "self.draft.blockSize >= 2",
+        "message": "DFlash-family drafts need draft.blockSize >= 2",
+        "fieldPath": ".draft.blockSize",
+    },
+    {
+        "rule": "self.algorithm != 'mtp' || (!has(self.draft.draftVocabSize) && !has(self.draft.numLayers) && "
+        "!has(self.draft.draftArch))",
+        "message": "mtp finetunes the verifier's own MTP layers: draftVocabSize, numLayers and draftArch do not apply",
+        "fieldPath": ".draft",
+    },
+    {
+        "rule": "!has(self.draft.fromPretrained) || (!has(self.draft.numLayers) && !has(self.draft.draftArch))",
+        "message": "draft.fromPretrained fixes the draft's shape: leave numLayers and draftArch out",
+        "fieldPath": ".draft.fromPretrained",
+    },
+    {
+        "rule": "!self.verifier.model.startsWith('pvc://')",
+        "message": "a SpeculatorTrainJob reads the verifier's config.json to choose the layers to extract: use a "
+        "hub id or s3://",
+        "fieldPath": ".verifier.model",
+    },
+    {
+        "rule": "!has(self.draft.targetLayerIds) || "
+        "self.draft.targetLayerIds.all(i, self.draft.targetLayerIds.exists_one(j, j == i))",
+        "message": "draft.targetLayerIds must be distinct",
+        "fieldPath": ".draft.targetLayerIds",
+    },
+]
+
+
+class SpeculatorTrainJobSpec(Model):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": list(_RULES)})
+
+    verifier: Verifier
+    algorithm: Algorithm = Field(description="The draft's algorithm (speculators --speculator-type).")
+    data: Data
+    draft: Draft = Field(default_factory=Draft, json_schema_extra={"default": {}})
+    hidden_states: HiddenStates = Field(default_factory=HiddenStates, json_schema_extra={"default": {}})
+    training: Training = Field(default_factory=Training, json_schema_extra={"default": {}})
+    workspace: Workspace = Field(default_factory=Workspace, json_schema_extra={"default": {}})
+    output: Output
+    release: str | None = Field(default=None, max_length=64, description="Pinned release; default: the default one.")
+    stages: Stages = Field(default_factory=Stages, json_schema_extra={"default": {}})
+    retries: int = Field(
+        default=2, ge=0, le=20, description="Retries of a failed stage (Kubernetes backs off 10 s, 20 s, 40 s, ...)."
+    )
+    deploy_to: str | None = Field(
+        default=None, max_length=253, description="A SpeculatorDeployment in this namespace to serve the result."
+    )
+
+
+class StageStatus(Model):
+    name: str
+    phase: StagePhase
+    job: str | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    failures: int | None = Field(default=None, description="Failed pods so far.")
+    message: str | None = None
+
+
+class Progress(Model):
+    samples_extracted: int | None = None
+    samples_total: int | None = None
+    epoch: int | None = None
+    epochs: int | None = None
+
+
+class CheckpointRef(Model):
+    uri: str | None = None
+    digest: str | None = Field(default=None, description="sha256 over the published files (names and contents).")
+
+
+class Provenance(Model):
+    release: str | None = None
+    speculators: str | None = None
+    hs_connectors: str | None = None
+    vllm: str | None = None
+    verifier_revision: str | None = None
+    verifier_layers: int | None = Field(default=None, description="The verifier's num_hidden_layers.")
+    verifier_model_type: str | None = None
+    data_fingerprint: str | None = Field(default=None, description="prepare-data's dataset fingerprint.")
+    commands: dict[str, str] | None = Field(default=None, description="Each stage's exact command line.")
+
+
+class SpeculatorTrainJobStatus(Model):
+    phase: Phase | None = None
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    stage: str | None = Field(default=None, description="The stage running now (or the one that failed).")
+    stages: list[StageStatus] = Field(default_factory=list)
+    start_time: str | None = None
+    completion_time: str | None = None
+    progress: Progress | None = None
+    checkpoint: CheckpointRef | None = None
+    audit: AuditSummary | None = None
+    provenance: Provenance | None = None
+    deployed_to: str | None = None

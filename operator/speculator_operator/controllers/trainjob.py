@@ -1,0 +1,241 @@
+"""kopf handlers for SpeculatorTrainJob: observe the stage Jobs, servers and pods -> plan -> apply -> status.
+
+The stage machine lives in reconcile/trainjob.py. Here: read the verifier once (its revision and
+layer count are then kept in status.provenance, so the run stays pinned), list the children by label,
+read the reports the stage pods left as termination messages, apply what the plan asks for
+(server-side apply, one field manager), remove servers no stage needs, and hand the published
+checkpoint to a SpeculatorDeployment.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from typing import Any, cast
+
+import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from speculator_operator.api.common import GROUP, VERSION
+from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.checkpoint import CheckpointError, load_verifier_config
+from speculator_operator.controllers.deployment import (
+    RETRY_SECONDS,
+    CredentialsError,
+    _api_message,
+    api,
+    apply_children,
+    secret_data,
+    status_patch,
+)
+from speculator_operator.reconcile.trainjob import Observed, Plan, failed, handed_off, parse_report, plan
+from speculator_operator.releases import ReleaseError, get_release
+from speculator_operator.render.serving import MANAGED_BY, RenderError
+from speculator_operator.render.training import SERVER_ROLES, verifier_layers
+
+PLURAL = "speculatortrainjobs"
+DEPLOYMENTS = "speculatordeployments"
+LABEL = "speculators.dev/trainjob"
+log = logging.getLogger(__name__)
+_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+
+
+def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+    delta = status_patch(old, new)
+    if delta:
+        client.CustomObjectsApi(api()).patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": delta}
+        )
+
+
+def _terminated(pod: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(finishedAt, message) of the pod's main container once it has terminated."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") != "main":
+            continue
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term:
+            return term.get("finishedAt"), term.get("message")
+    return None, None
+
+
+def observe_children(namespace: str, name: str, obs: Observed) -> None:
+    selector = f"{LABEL}={name}"
+    serialize = api().sanitize_for_serialization
+    jobs = client.BatchV1Api(api()).list_namespaced_job(namespace, label_selector=selector)
+    for job in map(serialize, jobs.items):
+        stage = (job["metadata"].get("labels") or {}).get("speculators.dev/stage")
+        if stage:
+            obs.jobs[stage] = job
+    deployments = client.AppsV1Api(api()).list_namespaced_deployment(namespace, label_selector=selector)
+    for dep in map(serialize, deployments.items):
+        role = (dep["metadata"].get("labels") or {}).get("speculators.dev/stage")
+        if role in SERVER_ROLES:
+            obs.servers[role] = dep
+    if not obs.jobs:
+        return
+    pods = client.CoreV1Api(api()).list_namespaced_pod(namespace, label_selector=selector)
+    latest_fail: dict[str, str] = {}
+    for pod in (serialize(p) for p in pods.items):
+        stage = (pod["metadata"].get("labels") or {}).get("speculators.dev/stage")
+        phase = (pod.get("status") or {}).get("phase")
+        if stage not in obs.jobs or phase not in ("Succeeded", "Failed"):
+            continue
+        finished, message = _terminated(pod)
+        if phase == "Succeeded":
+            found = parse_report(message)
+            if found is not None:
+                obs.reports[stage] = {**obs.reports.get(stage, {}), **found}
+        elif message and (finished or "") >= latest_fail.get(stage, ""):
+            latest_fail[stage] = finished or ""
+            obs.failures[stage] = message
+
+
+def observe(
+    name: str, namespace: str, spec: SpeculatorTrainJobSpec, generation: int, status: dict[str, Any]
+) -> Observed:
+    obs = Observed(generation=generation, status=status)
+    provenance = status.get("provenance") or {}
+    if provenance.get("verifierLayers") and provenance.get("verifierRevision"):
+        obs.verifier_layers = int(provenance["verifierLayers"])
+        obs.verifier_revision = provenance["verifierRevision"]
+        obs.verifier_model_type = provenance.get("verifierModelType")
+    else:
+        location = spec.verifier.config_location
+        try:
+            creds = secret_data(namespace, spec.verifier.credentials.name if spec.verifier.credentials else None)
+            if location is None:
+                raise CheckpointError("a pvc:// verifier cannot be read by the operator")
+            config, revision = load_verifier_config(location, creds)
+            obs.verifier_layers = verifier_layers(config)
+        except (CredentialsError, CheckpointError, RenderError) as exc:
+            obs.problem = ("VerifierUnreadable", str(exc))
+            return obs
+        obs.verifier_revision = revision or spec.verifier.revision
+        nested = config.get("text_config")
+        text: dict[str, Any] = nested if isinstance(nested, dict) else config
+        obs.verifier_model_type = str(text.get("model_type") or config.get("model_type") or "") or None
+    observe_children(namespace, name, obs)
+    return obs
+
+
+def delete_children(namespace: str, items: list[tuple[str, str, str]]) -> None:
+    for api_version, kind, child in items:
+        try:
+            if kind == "Deployment":
+                client.AppsV1Api(api()).delete_namespaced_deployment(child, namespace)
+            elif kind == "Service":
+                client.CoreV1Api(api()).delete_namespaced_service(child, namespace)
+            else:
+                raise ValueError(f"not a server kind: {api_version} {kind}")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def hand_off(namespace: str, name: str, spec: SpeculatorTrainJobSpec, target: str, uri: str) -> tuple[str, str]:
+    """Point the SpeculatorDeployment `target` at the published checkpoint: (reason, message)."""
+    objects = client.CustomObjectsApi(api())
+    try:
+        sdep = cast(dict[str, Any], objects.get_namespaced_custom_object(GROUP, VERSION, namespace, DEPLOYMENTS,
+                                                                          target))  # fmt: skip
+    except ApiException as exc:
+        if exc.status == 404:
+            return "TargetMissing", f"SpeculatorDeployment {target!r} does not exist (yet)"
+        raise
+    speculator = (sdep.get("spec") or {}).get("speculator") or {}
+    if speculator.get("fromTrainJob") == name:
+        return "Following", f"SpeculatorDeployment {target} serves this job's output (speculator.fromTrainJob)"
+    creds = spec.output.credentials.name if spec.output.credentials else None
+    patch = {"spec": {"speculator": {"source": uri, "fromTrainJob": None,
+                                     "credentials": {"name": creds} if creds else None}}}  # fmt: skip
+    objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, DEPLOYMENTS, target, patch)
+    return "Patched", f"SpeculatorDeployment {target} now serves {uri}"
+
+
+def reconcile_object(body: dict[str, Any]) -> Plan | None:
+    meta = body.get("metadata") or {}
+    name, namespace = meta["name"], meta["namespace"]
+    with _locks[(namespace, name)]:
+        # the stored object now: an event may carry an older status than the last write
+        try:
+            body = cast(dict[str, Any], client.CustomObjectsApi(api()).get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name))  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        if body["metadata"].get("deletionTimestamp"):
+            return None
+        return _reconcile(body, name, namespace, body["metadata"]["uid"])
+
+
+def _reconcile(body: dict[str, Any], name: str, namespace: str, uid: str | None) -> Plan:
+    current = dict(body.get("status") or {})
+    generation = int(body["metadata"].get("generation") or 0)
+    base = Observed(generation=generation, status=current)
+    try:
+        spec = SpeculatorTrainJobSpec.model_validate(body.get("spec") or {})
+        release = get_release(spec.release)
+    except ValidationError as exc:
+        p = failed(base, "InvalidSpec", str(exc.errors()[0]["msg"]))
+    except ReleaseError as exc:
+        p = failed(base, "ReleaseUnsupported", str(exc))
+    else:
+        obs = observe(name, namespace, spec, generation, current)
+        p = plan(name, namespace, uid, spec, release, obs)
+    write_status(namespace, name, current, p.status)
+    if p.apply:
+        try:
+            apply_children(p.apply)
+        except ApiException as exc:
+            message = f"applying the children failed: {exc.status} {exc.reason}: {_api_message(exc)}"
+            kopf.event(
+                kopf.Body(cast(kopf.RawBody, body)), type="Warning", reason="ApplyFailed", message=message[:1024]
+            )
+            raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from None
+    if p.delete:
+        delete_children(namespace, p.delete)
+    for type_, reason, message in p.events:
+        kopf.event(kopf.Body(cast(kopf.RawBody, body)), type=type_, reason=reason, message=message[:1024])
+    if p.handoff is not None:
+        target, uri = p.handoff
+        reason, message = hand_off(namespace, name, spec, target, uri)
+        write_status(namespace, name, p.status, handed_off(p.status, generation, target, reason, message))
+        if reason == "TargetMissing":
+            kopf.event(kopf.Body(cast(kopf.RawBody, body)), type="Warning", reason=reason, message=message)
+    return p
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def reconcile(*, body: kopf.Body, **_: Any) -> None:
+    p = reconcile_object(dict(body))
+    if p is not None and p.status.get("phase") == "Pending":
+        raise kopf.TemporaryError("waiting for the verifier; see status.conditions", delay=RETRY_SECONDS)
+
+
+def _owner_event(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL)
+    if owner and namespace:
+        reconcile_object({"metadata": {"name": owner, "namespace": namespace}})
+
+
+_children = {"labels": {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL: kopf.PRESENT}}
+kopf.on.event("batch", "v1", "jobs", **_children)(_owner_event)  # type: ignore[arg-type]
+kopf.on.event("apps", "v1", "deployments", **_children)(_owner_event)  # type: ignore[arg-type]
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=60, idle=30)
+def resync(*, body: kopf.Body, status: kopf.Status, **_: Any) -> None:
+    """A missed child event must not stall a run; a missing hand-off target may appear later.
+    Reads only, unless something changed."""
+    current = dict(status or {})
+    spec = dict(body.get("spec") or {})
+    if current.get("phase") in ("Succeeded", "Failed") and current.get("deployedTo") == spec.get("deployTo"):
+        return
+    reconcile_object(dict(body))

@@ -1,0 +1,314 @@
+"""The SpeculatorTrainJob stage machine: pure decisions from the observed children to the next ones.
+
+`plan(...)` gets the spec, the resolved verifier (layers and revision) and what exists (each stage's
+Job, the reports its pods left, the vLLM servers) and returns the children to apply, the servers to
+remove, the status and the events. Stages run in order (fetch, regenerate, prepare, extract, train,
+audit, publish); the first one that has not succeeded is the current one. Its Job is created once the
+vLLM server it talks to is available; a Job retries failed pods itself (backoffLimit = spec.retries,
+with Kubernetes' exponential back-off) and a Job that fails for good fails the run, naming the stage,
+the reason and the log tail. Nothing is published unless every stage before publish succeeded.
+Servers exist only while a stage needs them (they hold GPUs).
+
+Phases: Pending, Regenerating, Preparing, Extracting, Training, Auditing, Publishing, Succeeded, Failed.
+Condition reasons:
+- Ready: Succeeded | Running | WaitingForServer | StageFailed | InvalidSpec | ReleaseUnsupported |
+  VerifierUnreadable
+- Failed: StageFailed | InvalidSpec | ReleaseUnsupported | AuditFailed
+- Audited: AuditPassed | AuditFailed
+- Published: Published
+- HandedOff: Patched | Following | TargetMissing
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from speculator_operator.api.common import Condition, now, set_condition
+from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.checkpoint.rules import MTP_VERIFIER_TYPES
+from speculator_operator.releases import Release
+from speculator_operator.render.serving import RenderError
+from speculator_operator.render.training import (
+    SERVER_ROLES,
+    Inputs,
+    Stage,
+    server,
+    server_name,
+    stages,
+    workspace_claim,
+)
+
+MAX_MESSAGE = 1500
+
+
+@dataclass
+class Observed:
+    generation: int
+    status: dict[str, Any]
+    verifier_layers: int | None = None
+    verifier_revision: str | None = None
+    verifier_model_type: str | None = None
+    problem: tuple[str, str] | None = None  # (reason, message) when the verifier could not be read
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> Job
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> report of its succeeded pod
+    failures: dict[str, str] = field(default_factory=dict)  # stage -> the last failed pod's message (log tail)
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> Deployment
+
+
+@dataclass
+class Plan:
+    apply: list[dict[str, Any]]
+    delete: list[tuple[str, str, str]]  # (apiVersion, kind, name)
+    status: dict[str, Any]
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    handoff: tuple[str, str] | None = None  # (SpeculatorDeployment, checkpoint uri)
+
+
+def _cond(gen: int, type_: str, ok: bool | None, reason: str, message: str = "") -> Condition:
+    status: Literal["True", "False", "Unknown"] = "Unknown" if ok is None else ("True" if ok else "False")
+    return Condition(type=type_, status=status, reason=reason, message=message[:MAX_MESSAGE], observed_generation=gen)
+
+
+def _with(status: dict[str, Any], gen: int, *conds: Condition, **fields: Any) -> dict[str, Any]:
+    out = dict(status)
+    conditions = list(out.get("conditions") or [])
+    for c in conds:
+        conditions = set_condition(conditions, c)
+    out["conditions"] = conditions
+    out["observedGeneration"] = gen
+    out.update(fields)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _stop_servers(obs: Observed) -> list[tuple[str, str, str]]:
+    out = []
+    for role, dep in obs.servers.items():
+        name = (dep.get("metadata") or {}).get("name") or role
+        out += [("apps/v1", "Deployment", name), ("v1", "Service", name)]
+    return out
+
+
+def failed(obs: Observed, reason: str, message: str) -> Plan:
+    gen = obs.generation
+    status = _with(
+        obs.status, gen,
+        _cond(gen, "Ready", False, reason, message), _cond(gen, "Failed", True, reason, message),
+        phase="Failed", completionTime=obs.status.get("completionTime") or now(),
+    )  # fmt: skip
+    return Plan([], _stop_servers(obs), status, [("Warning", reason, message)])
+
+
+def job_state(job: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """(Pending | Running | Succeeded | Failed, details) of a stage's Job."""
+    if job is None:
+        return "Pending", {}
+    st = job.get("status") or {}
+    conds = {c.get("type"): c for c in st.get("conditions") or [] if c.get("status") == "True"}
+    details: dict[str, Any] = {"startTime": st.get("startTime"), "failures": st.get("failed") or None}
+    if "Complete" in conds:
+        return "Succeeded", {**details, "completionTime": st.get("completionTime")}
+    if "Failed" in conds:
+        c = conds["Failed"]
+        return "Failed", {**details, "completionTime": c.get("lastTransitionTime"), "reason": c.get("reason"),
+                          "message": c.get("message")}  # fmt: skip
+    return "Running", details
+
+
+def server_available(dep: dict[str, Any] | None) -> bool:
+    if dep is None:
+        return False
+    want = (dep.get("spec") or {}).get("replicas", 1)
+    st = dep.get("status") or {}
+    return (st.get("availableReplicas") or 0) >= max(1, want) and (st.get("observedGeneration") or 0) >= (
+        (dep.get("metadata") or {}).get("generation") or 0
+    )
+
+
+def _tail(text: str | None, limit: int = 800) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def _progress(spec: SpeculatorTrainJobSpec, obs: Observed) -> dict[str, Any]:
+    prepared = obs.reports.get("prepare", {})
+    extracted = obs.reports.get("extract", {})
+    trained = obs.reports.get("train", {})
+    out = {
+        "samplesTotal": prepared.get("samples"),
+        "samplesExtracted": extracted.get("samples"),
+        "epoch": trained.get("epoch"),
+        "epochs": spec.training.epochs,
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[str, Any]:
+    r = inputs.release
+    out = {
+        "release": r.name,
+        "speculators": r.speculators,
+        "hsConnectors": r.hs_connectors,
+        "vllm": r.vllm,
+        "verifierRevision": inputs.verifier_revision,
+        "verifierLayers": inputs.verifier_layers,
+        "verifierModelType": obs.verifier_model_type,
+        "dataFingerprint": obs.reports.get("prepare", {}).get("fingerprint"),
+        "commands": {s.name: " ".join(s.command) for s in all_stages},
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def plan(
+    name: str, namespace: str, uid: str | None, spec: SpeculatorTrainJobSpec, release: Release, obs: Observed
+) -> Plan:
+    gen = obs.generation
+    current_status = obs.status
+    if current_status.get("phase") in ("Succeeded", "Failed") and not obs.servers:
+        # a finished run stays finished; only the hand-off may still be due
+        return _finished(name, spec, obs)
+    if obs.problem is not None:
+        reason, message = obs.problem
+        status = _with(current_status, gen, _cond(gen, "Ready", False, reason, message), phase="Pending")
+        return Plan([], [], status, [("Warning", reason, message)])
+    assert obs.verifier_layers is not None
+    if spec.algorithm == "mtp" and obs.verifier_model_type not in MTP_VERIFIER_TYPES:
+        return failed(obs, "InvalidSpec", f"mtp finetunes native MTP layers; the verifier's model_type is "
+                      f"{obs.verifier_model_type!r}, not one of {', '.join(MTP_VERIFIER_TYPES)}")  # fmt: skip
+    inputs = Inputs(name, namespace, spec, release, obs.verifier_revision, obs.verifier_layers, uid)
+    try:
+        all_stages = stages(inputs)
+        for role in {s.server for s in all_stages if s.server}:
+            server(inputs, role)  # an unrenderable server fails the run now, not when its stage comes
+    except RenderError as exc:
+        return failed(obs, "InvalidSpec", str(exc))
+
+    stage_rows: list[dict[str, Any]] = []
+    current: Stage | None = None
+    current_state, current_details = "Succeeded", {}
+    for st in all_stages:
+        state, details = job_state(obs.jobs.get(st.name))
+        row = {"name": st.name, "phase": state, "job": st.children[0]["metadata"]["name"], **details}
+        row.pop("reason", None)
+        if state == "Failed":
+            row["message"] = _failure_message(st.name, details, obs.failures.get(st.name))
+        stage_rows.append({k: v for k, v in row.items() if v is not None})
+        if current is None and state != "Succeeded":
+            current, current_state, current_details = st, state, details
+
+    fields: dict[str, Any] = {
+        "stages": stage_rows,
+        "startTime": current_status.get("startTime") or now(),
+        "progress": _progress(spec, obs),
+        "provenance": _provenance(inputs, obs, all_stages),
+    }
+    conds = _audit_conditions(gen, obs)
+    if current is None:
+        return _succeeded(name, spec, obs, fields, conds)
+    fields["stage"] = current.name
+    if current_state == "Failed":
+        message = _failure_message(current.name, current_details, obs.failures.get(current.name))
+        reason = "AuditFailed" if current.name == "audit" else "StageFailed"
+        status = _with(
+            current_status, gen, *conds,
+            _cond(gen, "Ready", False, "StageFailed", message), _cond(gen, "Failed", True, reason, message),
+            phase="Failed", completionTime=current_status.get("completionTime") or now(), **fields,
+        )  # fmt: skip
+        return Plan([], _stop_servers(obs), status, [("Warning", reason, message)])
+
+    apply: list[dict[str, Any]] = []
+    claim = workspace_claim(inputs)
+    if claim:
+        apply.append(claim)
+    delete = [x for role, dep in obs.servers.items() if role != current.server for x in _stop_servers(
+        Observed(gen, {}, servers={role: dep}))]  # fmt: skip
+    ready_reason, message = "Running", f"stage {current.name} running"
+    exists = obs.jobs.get(current.name) is not None
+    if current.server:
+        apply += server(inputs, current.server)
+        if not exists and not server_available(obs.servers.get(current.server)):
+            ready_reason = "WaitingForServer"
+            message = f"stage {current.name} waits for its vLLM server {server_name(name, current.server)}"
+            for row in stage_rows:
+                if row["name"] == current.name:
+                    row["message"] = message
+    if not exists and ready_reason == "Running":
+        # a Job's pod template is immutable: it is created once and then only observed
+        apply += current.children
+    status = _with(
+        current_status, gen, *conds,
+        _cond(gen, "Ready", False, ready_reason, message), _cond(gen, "Failed", False, "Running", message),
+        phase=current.phase, **fields,
+    )  # fmt: skip
+    events = []
+    if current_status.get("stage") != current.name:
+        events.append(("Normal", "StageStarted", f"stage {current.name}"))
+    return Plan(apply, delete, status, events)
+
+
+def _failure_message(stage: str, details: dict[str, Any], tail: str | None) -> str:
+    message = f"stage {stage} failed ({details.get('reason') or 'Failed'}): {details.get('message') or ''}".rstrip()
+    if tail:
+        message += f"; last pod: {_tail(tail)}"
+    return message[:MAX_MESSAGE]
+
+
+def _audit_conditions(gen: int, obs: Observed) -> list[Condition]:
+    report = obs.reports.get("audit")
+    if report is not None:
+        return [_cond(gen, "Audited", True, "AuditPassed", "the trained checkpoint passed the audit")]
+    if "audit" in obs.failures:
+        return [_cond(gen, "Audited", False, "AuditFailed", _tail(obs.failures["audit"]))]
+    return []
+
+
+def _succeeded(
+    name: str, spec: SpeculatorTrainJobSpec, obs: Observed, fields: dict[str, Any], conds: list[Condition]
+) -> Plan:
+    gen = obs.generation
+    published = obs.reports.get("publish", {})
+    checkpoint = {"uri": published.get("uri") or spec.output.uri, "digest": published.get("digest")}
+    audit = obs.reports.get("audit", {}).get("audit")
+    message = f"published {checkpoint['uri']}" + (f" ({checkpoint['digest']})" if checkpoint["digest"] else "")
+    status = _with(
+        obs.status, gen, *conds,
+        _cond(gen, "Published", True, "Published", message),
+        _cond(gen, "Ready", True, "Succeeded", message), _cond(gen, "Failed", False, "Succeeded", message),
+        phase="Succeeded", stage=None, completionTime=obs.status.get("completionTime") or now(),
+        checkpoint={k: v for k, v in checkpoint.items() if v}, audit=audit, **fields,
+    )  # fmt: skip
+    events = [] if obs.status.get("phase") == "Succeeded" else [("Normal", "Succeeded", message)]
+    handoff = None
+    if spec.deploy_to and obs.status.get("deployedTo") != spec.deploy_to:
+        handoff = (spec.deploy_to, str(checkpoint["uri"]))
+    return Plan([], _stop_servers(obs), status, events, handoff)
+
+
+def _finished(name: str, spec: SpeculatorTrainJobSpec, obs: Observed) -> Plan:
+    status = obs.status
+    handoff = None
+    if status.get("phase") == "Succeeded" and spec.deploy_to and status.get("deployedTo") != spec.deploy_to:
+        handoff = (spec.deploy_to, (status.get("checkpoint") or {}).get("uri") or spec.output.uri)
+    return Plan([], [], status, [], handoff)
+
+
+def handed_off(status: dict[str, Any], generation: int, target: str, reason: str, message: str) -> dict[str, Any]:
+    """The status after a hand-off attempt to `target`."""
+    ok = reason in ("Patched", "Following")
+    return _with(status, generation, _cond(generation, "HandedOff", ok, reason, message),
+                 deployedTo=target if ok else status.get("deployedTo"))  # fmt: skip
+
+
+def parse_report(message: str | None) -> dict[str, Any] | None:
+    """The JSON report a stage's entrypoint leaves as its termination message (None if it is not one)."""
+    if not message:
+        return None
+    try:
+        value = json.loads(message)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and value.get("speculatorsReport") else None
+
+
+__all__ = ["SERVER_ROLES", "Observed", "Plan", "failed", "handed_off", "job_state", "parse_report", "plan"]

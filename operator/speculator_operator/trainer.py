@@ -1,0 +1,367 @@
+"""What runs inside a SpeculatorTrainJob's pods (the trainer image): `speculator-operator trainer ...`.
+
+- `fetch`: stage the verifier at its resolved revision and the s3:// / pvc:// data into the workspace.
+- `run --stage S -- CMD...`: run the real tool (`speculators ...`, `torchrun ...`), forward SIGTERM to
+  it (speculators saves `interrupted/` on SIGTERM), and on success leave a JSON report as the
+  container's termination message (samples, epoch, data fingerprint) for the operator's status.
+  On failure nothing is written, so Kubernetes keeps the log tail instead (FallbackToLogsOnError).
+- `audit CKPT --verifier DIR [--release R]`: audit the trained checkpoint with the audit core;
+  exit 1 on errors, 2 when it cannot be read.
+- `publish CKPT TARGET ...`: publish atomically to s3:// (a staging prefix, then the files, then a
+  provenance marker written last), hf://org/repo (one commit whose message names the verifier
+  revision) or a mounted folder (a rename); reports the digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from speculator_operator import __version__
+from speculator_operator.checkpoint import CheckpointError, audit, load_verifier_config
+from speculator_operator.entrypoints import stage as stage_copy
+from speculator_operator.releases import get_release
+
+REPORT_ENV = "SPECULATOR_REPORT_PATH"
+REPORT_LIMIT = 4096  # the kubelet keeps at most 4 KiB of a termination message
+MARKER = "speculators-provenance.json"
+SKIP_ON_PUBLISH = re.compile(r"^(optimizer|scheduler)_state_dict\.pt$")
+
+
+def report(stage: str, **fields: Any) -> None:
+    """Write the stage's report where the kubelet reads the termination message."""
+    path = Path(os.environ.get(REPORT_ENV, "/dev/termination-log"))
+    body: dict[str, Any] = {
+        "speculatorsReport": 1,
+        "stage": stage,
+        **{k: v for k, v in fields.items() if v is not None},
+    }
+    text = json.dumps(body, separators=(",", ":"), sort_keys=True)
+    while len(text.encode()) > REPORT_LIMIT and body.get("audit", {}).get("findings"):
+        body["audit"]["findings"] = body["audit"]["findings"][:-1]
+        text = json.dumps(body, separators=(",", ":"), sort_keys=True)
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        print(f"trainer: cannot write the report to {path}: {exc}", file=sys.stderr)
+
+
+def _flag(command: list[str], name: str) -> str | None:
+    for i, arg in enumerate(command):
+        if arg == name and i + 1 < len(command):
+            return command[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _expand(command: list[str]) -> list[str]:
+    """$(JOB_COMPLETION_INDEX) is expanded by the kubelet; expand it here too when run by hand."""
+    index = os.environ.get("JOB_COMPLETION_INDEX", "0")
+    return [a.replace("$(JOB_COMPLETION_INDEX)", index) for a in command]
+
+
+# ---- run -----------------------------------------------------------------------------------------------
+
+
+def run(stage: str, command: list[str]) -> int:
+    if not command:
+        print("trainer run: no command after --", file=sys.stderr)
+        return 2
+    command = _expand(command)
+    print(f"trainer: stage {stage}: {' '.join(command)}", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(command)  # the rendered command of this stage
+    except OSError as exc:
+        print(f"trainer: cannot start {command[0]}: {exc}", file=sys.stderr)
+        return 2
+
+    def forward(signum: int, _frame: Any) -> None:
+        proc.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        code = proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if code != 0:
+        print(f"trainer: stage {stage} exited with {code}", file=sys.stderr)
+        return code if code > 0 else 128 - code
+    report(stage, seconds=round(time.monotonic() - t0, 1), **outcome(stage, command))
+    return 0
+
+
+def outcome(stage: str, command: list[str]) -> dict[str, Any]:
+    """What the status shows for a finished stage, read from what the tool wrote."""
+    if stage == "prepare":
+        out = Path(_flag(command, "--output") or "./output")
+        return {"samples": _dataset_rows(out), "fingerprint": _dataset_fingerprint(out)}
+    if stage == "extract":
+        out = Path(_flag(command, "--output") or "")
+        return {"samples": len(list(out.glob("hs_*.safetensors"))) if out.is_dir() else None}
+    if stage == "regenerate":
+        out = Path(_flag(command, "--outfile") or "")
+        return {"samples": sum(1 for _ in out.open()) if out.is_file() else None}
+    if stage == "train":
+        save = Path(_flag(command, "--save-path") or "")
+        epochs = [int(p.name) for p in save.iterdir() if p.name.isdigit()] if save.is_dir() else []
+        return {"epoch": max(epochs) + 1 if epochs else (0 if "--dry-run" in command else None)}
+    return {}
+
+
+def _dataset_fingerprint(out: Path) -> str | None:
+    state = out / "state.json"
+    try:
+        value = json.loads(state.read_text()).get("_fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(value) if value else None
+
+
+def _dataset_rows(out: Path) -> int | None:
+    try:
+        info = json.loads((out / "dataset_info.json").read_text())
+        splits = info.get("splits") or {}
+        if splits:
+            return int(sum(s.get("num_examples", 0) for s in splits.values()))
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        from datasets import load_from_disk  # type: ignore[import-not-found]  # in the trainer image
+
+        return len(load_from_disk(str(out)))
+    except Exception:  # a count is informative only
+        return None
+
+
+# ---- fetch ---------------------------------------------------------------------------------------------
+
+
+def fetch(verifier: str, dest: str, revision: str | None, data: list[str]) -> int:
+    code = stage_copy(verifier, dest, revision)
+    if code != 0:
+        return code
+    files = 0
+    for pair in data:
+        source, sep, target = pair.partition("=")
+        if not sep:
+            print(f"trainer fetch: --data wants SOURCE=DEST, got {pair!r}", file=sys.stderr)
+            return 2
+        files += _fetch_data(source, Path(target))
+    report("fetch", verifier=dest, revision=revision, dataFiles=files)
+    return 0
+
+
+def _fetch_data(source: str, target: Path) -> int:
+    """Copy one data source (an object, a prefix, a file or a folder) to `target`."""
+    if source.startswith("s3://"):
+        import boto3
+
+        bucket, _, key = source.removeprefix("s3://").partition("/")
+        s3 = boto3.client("s3")
+        keys = []
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
+            keys += [o["Key"] for o in page.get("Contents", [])]
+        if keys == [key]:  # one object
+            target.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, key, str(target))
+            return 1
+        prefix = key.rstrip("/") + "/"
+        count = 0
+        for k in keys:
+            rel = k[len(prefix) :] if k.startswith(prefix) else ""
+            if not rel or rel.endswith("/") or ".." in Path(rel).parts:
+                continue
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, k, str(target / rel))
+            count += 1
+        if not count:
+            raise SystemExit(f"trainer fetch: nothing at {source}")
+        return count
+    src = Path(source)
+    if src.is_dir():
+        shutil.copytree(src, target, dirs_exist_ok=True)
+        return sum(1 for p in target.rglob("*") if p.is_file())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, target)
+    return 1
+
+
+# ---- audit ---------------------------------------------------------------------------------------------
+
+
+def checkpoint_dir(root: Path) -> Path:
+    """The checkpoint to audit and publish: checkpoint_best, else the last epoch, else the folder itself
+    (a dry run writes straight into the save path)."""
+    best = root / "checkpoint_best"
+    if best.exists():
+        return best.resolve()
+    epochs = (
+        sorted((int(p.name), p) for p in root.iterdir() if p.name.isdigit() and p.is_dir()) if root.is_dir() else []
+    )
+    if epochs:
+        return epochs[-1][1]
+    if (root / "config.json").exists():
+        return root
+    raise CheckpointError(f"{root}: no checkpoint_best, epoch folder or config.json")
+
+
+def audit_checkpoint(root: str, verifier: str, release_name: str | None) -> int:
+    try:
+        folder = checkpoint_dir(Path(root))
+        verifier_config, _ = load_verifier_config(verifier)
+        release = get_release(release_name) if release_name else None
+        result = audit(str(folder), verifier=verifier_config, release=release)
+    except CheckpointError as exc:
+        print(f"trainer audit: {exc}", file=sys.stderr)
+        return 2
+    for f in result.findings:
+        print(f"audit {f.severity} {f.rule}: {f.message}", file=sys.stderr)
+    findings = [f.as_dict() for f in result.findings if f.severity != "info"]
+    warnings = sum(1 for f in result.findings if f.severity == "warning")
+    summary = {"ok": result.ok, "errors": len(result.errors), "warnings": warnings, "findings": findings[:20]}
+    if not result.ok:
+        first = result.errors[0]
+        # the termination message of a failed pod: the operator quotes it in the status
+        print(f"audit failed: {len(result.errors)} error(s); first: {first.rule}: {first.message}", file=sys.stderr)
+        return 1
+    report("audit", checkpoint=str(folder), audit=summary, algorithm=result.checkpoint.algorithm)
+    return 0
+
+
+# ---- publish -------------------------------------------------------------------------------------------
+
+
+def _payload(folder: Path, verifier: str) -> dict[str, bytes | Path]:
+    """The files to publish (symlinks dereferenced, optimizer state left out); config.json names the
+    verifier by its real identity instead of the pod-local path the trainer was given."""
+    files: dict[str, bytes | Path] = {}
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file() or SKIP_ON_PUBLISH.match(path.name) or path.name == MARKER:
+            continue
+        rel = path.relative_to(folder).as_posix()
+        if rel == "config.json":
+            config = json.loads(path.read_text())
+            ver = (config.get("speculators_config") or {}).get("verifier")
+            if isinstance(ver, dict):
+                ver["name_or_path"] = verifier
+            files[rel] = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()
+        else:
+            files[rel] = path
+    if "config.json" not in files:
+        raise CheckpointError(f"{folder}: no config.json to publish")
+    return files
+
+
+def _sha(content: bytes | Path) -> str:
+    h = hashlib.sha256()
+    if isinstance(content, bytes):
+        h.update(content)
+    else:
+        with content.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def digest(files: dict[str, bytes | Path]) -> str:
+    """sha256 over the sorted (name, sha256 of content) pairs: the same files give the same digest."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(f"{name}\0{_sha(files[name])}\n".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def publish(root: str, target: str, verifier: str, verifier_revision: str, job: str, release_name: str) -> int:
+    try:
+        folder = checkpoint_dir(Path(root))
+        files = _payload(folder, verifier)
+    except (CheckpointError, OSError, ValueError) as exc:
+        print(f"trainer publish: {exc}", file=sys.stderr)
+        return 2
+    release = get_release(release_name)
+    sha = digest(files)
+    config = files["config.json"]
+    algorithm = json.loads(config).get("speculators_model_type") if isinstance(config, bytes) else None
+    marker = {
+        "digest": sha, "job": job, "verifier": verifier, "verifierRevision": verifier_revision,
+        "algorithm": algorithm, "release": release.name, "speculators": release.speculators,
+        "hsConnectors": release.hs_connectors, "vllm": release.vllm, "operator": __version__,
+        "files": sorted(files), "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }  # fmt: skip
+    uri: str | None = target
+    if target.startswith("s3://"):
+        _publish_s3(target, files, marker)
+    elif target.startswith("hf://"):
+        uri = _publish_hub(target, files, marker, f"{algorithm} draft for {verifier}@{verifier_revision} ({job})")
+    else:
+        _publish_folder(Path(target), files, marker)
+        uri = None  # the operator reports the pvc:// URI it rendered
+    print(f"trainer publish: {sha} -> {uri or target}", file=sys.stderr)
+    report("publish", uri=uri, digest=sha)
+    return 0
+
+
+def _publish_s3(target: str, files: dict[str, bytes | Path], marker: dict[str, Any]) -> None:
+    import boto3
+
+    bucket, _, prefix = target.removeprefix("s3://").partition("/")
+    prefix = prefix.strip("/")
+    s3 = boto3.client("s3")
+    staging = f"{prefix}/.staging-{marker['digest'][7:19]}"
+    s3.delete_object(Bucket=bucket, Key=f"{prefix}/{MARKER}")  # readers wait for the marker
+    for name, content in files.items():
+        key = f"{staging}/{name}"
+        if isinstance(content, bytes):
+            s3.put_object(Bucket=bucket, Key=key, Body=content)
+        else:
+            s3.upload_file(str(content), bucket, key)
+    for name in files:  # every file is whole before the first one moves into place
+        s3.copy({"Bucket": bucket, "Key": f"{staging}/{name}"}, bucket, f"{prefix}/{name}")
+    for name in files:
+        s3.delete_object(Bucket=bucket, Key=f"{staging}/{name}")
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/{MARKER}", Body=json.dumps(marker, indent=2).encode())
+
+
+def _publish_hub(target: str, files: dict[str, bytes | Path], marker: dict[str, Any], message: str) -> str:
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    repo = target.removeprefix("hf://").split("@")[0]
+    api = HfApi()
+    api.create_repo(repo, exist_ok=True, private=True)
+    ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=c if isinstance(c, bytes) else str(c))
+           for name, c in files.items()]  # fmt: skip
+    ops.append(CommitOperationAdd(path_in_repo=MARKER, path_or_fileobj=json.dumps(marker, indent=2).encode()))
+    commit = api.create_commit(repo, operations=ops, commit_message=message)  # one commit: atomic
+    return f"hf://{repo}@{commit.oid}"
+
+
+def _publish_folder(target: Path, files: dict[str, bytes | Path], marker: dict[str, Any]) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    for name, content in files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            (tmp / name).write_bytes(content)
+        else:
+            shutil.copyfile(content, tmp / name)
+    (tmp / MARKER).write_text(json.dumps(marker, indent=2))
+    tmp.chmod(0o755)
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{int(time.time())}")
+        target.rename(old)
+    tmp.rename(target)  # same filesystem: the new folder appears whole
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
