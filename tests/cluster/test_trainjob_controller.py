@@ -4,6 +4,7 @@ termination messages."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,16 @@ REPORT = {"speculatorsReport": 1, "samples": 4, "fingerprint": "fp-test", "diges
 
 
 def simulated(**labels: str) -> dict[str, Any]:
-    return {"annotations": {"speculators.dev/simulate-message": json.dumps(REPORT)}, **({"labels": labels} if labels else {})}
+    return {
+        "annotations": {"speculators.dev/simulate-message": json.dumps(REPORT)},
+        **({"labels": labels} if labels else {}),
+    }
 
 
 def api_calls(cluster: Cluster, namespace: str) -> list[tuple[str, str, str, str]]:
     """(time, verb, resource, name) of every request in `namespace`, from the API server's audit log."""
-    assert cluster.local is not None and cluster.local.audit_log is not None
+    assert cluster.local is not None
+    assert cluster.local.audit_log is not None
     out = []
     for line in Path(cluster.local.audit_log).read_text().splitlines():
         event = json.loads(line)
@@ -72,20 +77,23 @@ def test_offline_run_passes_every_stage_in_order(
     assert st["checkpoint"] == {"uri": store["good"], "digest": "sha256:feed"}
     assert st["progress"] == {"samplesTotal": 4, "samplesExtracted": 4, "epoch": 3, "epochs": 3}
     prov = st["provenance"]
-    assert prov["speculators"] == "0.9.0" and prov["vllm"] == "0.32.0"
-    assert prov["verifierRevision"].startswith("etag:") and prov["verifierLayers"] == 8
+    assert prov["speculators"] == "0.9.0"
+    assert prov["vllm"] == "0.32.0"
+    assert prov["verifierRevision"].startswith("etag:")
+    assert prov["verifierLayers"] == 8
     assert prov["dataFingerprint"] == "fp-test"
     assert "--no-skip-token-freq" in prov["commands"]["prepare"]
     assert "--on-missing raise" in prov["commands"]["train"]
     assert "--fail-on-error" in prov["commands"]["extract"]
     conds = {c["type"]: c for c in st["conditions"]}
-    assert conds["Audited"]["status"] == "True" and conds["Published"]["status"] == "True"
+    assert conds["Audited"]["status"] == "True"
+    assert conds["Published"]["status"] == "True"
     assert conds["Ready"]["observedGeneration"] == obj["metadata"]["generation"]
 
     # one Job per stage, each started only after the previous one completed
     found = jobs(cluster, namespace, "offline")
     assert sorted(found) == sorted(order)
-    for before, after in zip(order, order[1:], strict=False):
+    for before, after in itertools.pairwise(order):
         assert found[after]["status"]["startTime"] >= found[before]["status"]["completionTime"], (before, after)
         assert found[after]["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
     train = found["train"]["spec"]["template"]["spec"]
@@ -148,9 +156,11 @@ def test_online_training_on_two_nodes(
     assert c["args"][c["args"].index("--served-model-name") + 1] == "/workspace/verifier"
 
     job = get(cluster, namespace, "job/online-train")
-    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 2
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == 2
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--nnodes") + 1] == "2" and args[args.index("--node-rank") + 1] == "$(JOB_COMPLETION_INDEX)"
+    assert args[args.index("--nnodes") + 1] == "2"
+    assert args[args.index("--node-rank") + 1] == "$(JOB_COMPLETION_INDEX)"
     assert args[args.index("--vllm-endpoint") + 1] == f"http://online-extractor.{namespace}.svc:8000/v1"
     assert args[args.index("--target-layer-ids") + 1 : args.index("--target-layer-ids") + 4] == ["2", "4", "5"]
     assert job["spec"]["template"]["spec"]["subdomain"] == "online-train"
@@ -178,15 +188,20 @@ def test_a_failing_stage_retries_then_fails_and_publishes_nothing(
     st = wait_phase(cluster, namespace, "broken", "Failed")["status"]
     assert st["stage"] == "train"
     conds = {c["type"]: c for c in st["conditions"]}
-    assert conds["Failed"]["status"] == "True" and conds["Failed"]["reason"] == "StageFailed"
+    assert conds["Failed"]["status"] == "True"
+    assert conds["Failed"]["reason"] == "StageFailed"
     assert "BackoffLimitExceeded" in conds["Failed"]["message"]
     assert "simulated failure" in conds["Failed"]["message"]  # the pod's own last words
     train = next(s for s in st["stages"] if s["name"] == "train")
-    assert train["phase"] == "Failed" and train["failures"] == 2  # the first try and one retry
+    assert train["phase"] == "Failed"
+    assert train["failures"] == 2
     found = jobs(cluster, namespace, "broken")
-    assert "audit" not in found and "publish" not in found
+    assert "audit" not in found
+    assert "publish" not in found
     assert "checkpoint" not in st
-    out = cluster.kubectl("get", "-n", namespace, "events", "--field-selector", "involvedObject.name=broken", "-o", "json")
+    out = cluster.kubectl(
+        "get", "-n", namespace, "events", "--field-selector", "involvedObject.name=broken", "-o", "json"
+    )
     events = json.loads(out.stdout)["items"]
     assert any(e["reason"] == "StageFailed" and e["type"] == "Warning" for e in events)
 

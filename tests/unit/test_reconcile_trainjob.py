@@ -1,0 +1,141 @@
+"""The SpeculatorTrainJob stage machine, without a cluster."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.reconcile.trainjob import Observed, job_state, parse_report, plan
+from speculator_operator.releases import get_release
+
+SPEC = SpeculatorTrainJobSpec.model_validate({
+    "verifier": {"model": "Qwen/Qwen3-8B"}, "algorithm": "eagle3",
+    "data": {"sources": ["hf:org/chats"], "format": "pretokenized"}, "output": {"uri": "s3://drafts/q"},
+    "deployTo": "qwen",
+})  # fmt: skip
+ORDER = ["fetch", "prepare", "extract", "train", "audit", "publish"]
+
+
+def job(state: str, failed: int = 0) -> dict[str, Any]:
+    conds = {"done": [{"type": "Complete", "status": "True"}],
+             "failed": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                         "message": "Job has reached the specified backoff limit"}],
+             "running": []}[state]  # fmt: skip
+    return {"status": {"conditions": conds, "startTime": "2026-11-29T10:00:00Z", "failed": failed or None,
+                       "completionTime": "2026-11-29T10:01:00Z" if state == "done" else None}}  # fmt: skip
+
+
+def observed(**kw: Any) -> Observed:
+    return Observed(generation=1, status=kw.pop("status", {}), verifier_layers=36, verifier_revision="sha1",
+                    verifier_model_type="qwen3", **kw)  # fmt: skip
+
+
+def run(obs: Observed, spec: SpeculatorTrainJobSpec = SPEC) -> Any:
+    return plan("q", "ml", "uid", spec, get_release(), obs)
+
+
+def kinds(p: Any) -> list[tuple[str, str]]:
+    return [(c["kind"], c["metadata"]["name"]) for c in p.apply]
+
+
+def test_a_new_job_starts_with_the_workspace_and_the_fetch_stage() -> None:
+    p = run(observed())
+    assert kinds(p) == [("PersistentVolumeClaim", "q-workspace"), ("Job", "q-fetch")]
+    assert p.status["phase"] == "Preparing"
+    assert p.status["stage"] == "fetch"
+    assert [s["phase"] for s in p.status["stages"]] == ["Pending"] * len(ORDER)
+    assert p.events == [("Normal", "StageStarted", "stage fetch")]
+
+
+def test_the_next_stage_follows_the_last_success_and_existing_jobs_are_not_reapplied() -> None:
+    p = run(observed(jobs={"fetch": job("done"), "prepare": job("running")}))
+    assert p.status["stage"] == "prepare"
+    assert p.status["phase"] == "Preparing"
+    assert ("Job", "q-prepare") not in kinds(p)  # exists: its template is immutable
+    assert [s["phase"] for s in p.status["stages"]][:2] == ["Succeeded", "Running"]
+
+
+def test_a_client_stage_waits_for_its_server() -> None:
+    done = {s: job("done") for s in ORDER[:2]}
+    p = run(observed(jobs=done))
+    assert kinds(p)[1:] == [("Deployment", "q-extractor"), ("Service", "q-extractor")]
+    ready = {c["type"]: c for c in p.status["conditions"]}["Ready"]
+    assert ready["reason"] == "WaitingForServer"
+    up = {"metadata": {"name": "q-extractor", "generation": 1}, "spec": {"replicas": 1},
+          "status": {"observedGeneration": 1, "availableReplicas": 1}}  # fmt: skip
+    p = run(observed(jobs=done, servers={"extractor": up}))
+    assert ("Job", "q-extract") in kinds(p)
+    # once extraction is done the server goes: it holds GPUs
+    p = run(observed(jobs={s: job("done") for s in ORDER[:3]}, servers={"extractor": up}))
+    assert ("apps/v1", "Deployment", "q-extractor") in p.delete
+    assert p.status["stage"] == "train"
+
+
+def test_a_failed_stage_fails_the_run_with_its_log_tail_and_nothing_later_runs() -> None:
+    jobs = {s: job("done") for s in ORDER[:3]} | {"train": job("failed", failed=3)}
+    p = run(observed(jobs=jobs, failures={"train": "CUDA error: out of memory\n"}))
+    assert p.status["phase"] == "Failed"
+    assert p.status["stage"] == "train"
+    failed = {c["type"]: c for c in p.status["conditions"]}["Failed"]
+    assert failed["status"] == "True"
+    assert failed["reason"] == "StageFailed"
+    assert "BackoffLimitExceeded" in failed["message"]
+    assert "CUDA error: out of memory" in failed["message"]
+    assert p.apply == []
+    assert p.handoff is None
+    assert next(s for s in p.status["stages"] if s["name"] == "train")["failures"] == 3
+
+
+def test_an_audit_failure_is_named_as_such() -> None:
+    jobs = {s: job("done") for s in ORDER[:4]} | {"audit": job("failed")}
+    p = run(observed(jobs=jobs, failures={"audit": "audit failed: 1 error(s); first: fc-shape: ..."}))
+    conds = {c["type"]: c for c in p.status["conditions"]}
+    assert conds["Failed"]["reason"] == "AuditFailed"
+    assert conds["Audited"]["status"] == "False"
+
+
+def test_success_reports_the_checkpoint_and_hands_it_off() -> None:
+    reports = {"publish": {"uri": None, "digest": "sha256:ab"}, "prepare": {"samples": 10, "fingerprint": "f"},
+               "audit": {"audit": {"ok": True, "errors": 0, "warnings": 0, "findings": []}}}  # fmt: skip
+    reports["publish"].pop("uri")
+    p = run(observed(jobs={s: job("done") for s in ORDER}, reports=reports))
+    st = p.status
+    assert st["phase"] == "Succeeded"
+    assert "stage" not in st
+    assert st["checkpoint"] == {"uri": "s3://drafts/q", "digest": "sha256:ab"}
+    assert st["provenance"]["dataFingerprint"] == "f"
+    assert st["progress"]["samplesTotal"] == 10
+    assert p.handoff == ("qwen", "s3://drafts/q")
+    # handed off already: a later pass changes nothing and hands nothing off
+    again = run(observed(status={**st, "deployedTo": "qwen"}))
+    assert again.apply == []
+    assert again.handoff is None
+    assert again.status == {**st, "deployedTo": "qwen"}
+
+
+def test_mtp_needs_a_verifier_with_mtp_layers() -> None:
+    spec = SpeculatorTrainJobSpec.model_validate({**SPEC.model_dump(by_alias=True, exclude_none=True),
+                                                  "algorithm": "mtp"})  # fmt: skip
+    obs = observed()
+    obs.verifier_model_type = "llama"
+    p = run(obs, spec)
+    assert p.status["phase"] == "Failed"
+    assert "native MTP layers" in p.status["conditions"][0]["message"]
+    assert p.apply == []
+
+
+def test_unreadable_verifier_waits() -> None:
+    p = run(Observed(generation=1, status={}, problem=("VerifierUnreadable", "s3://x: 403")))
+    assert p.status["phase"] == "Pending"
+    assert p.apply == []
+
+
+def test_job_states_and_reports() -> None:
+    assert job_state(None)[0] == "Pending"
+    assert job_state(job("running"))[0] == "Running"
+    assert job_state(job("failed"))[1]["reason"] == "BackoffLimitExceeded"
+    assert parse_report(json.dumps({"speculatorsReport": 1, "samples": 3})) == {"speculatorsReport": 1, "samples": 3}
+    assert parse_report("Traceback (most recent call last): ...") is None
+    assert parse_report(json.dumps({"samples": 3})) is None
+    assert parse_report("[1, 2]") is None

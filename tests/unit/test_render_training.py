@@ -1,0 +1,207 @@
+"""The SpeculatorTrainJob renderer: which stages exist, and the exact commands each one runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.releases import get_release
+from speculator_operator.render.serving import RenderError
+from speculator_operator.render.training import (
+    Inputs,
+    check_train_args,
+    job_name,
+    render_all,
+    server,
+    server_args,
+    stages,
+    verifier_layers,
+)
+
+BASE: dict[str, Any] = {
+    "verifier": {"model": "Qwen/Qwen3-8B"},
+    "algorithm": "eagle3",
+    "data": {"sources": ["hf:HuggingFaceH4/ultrachat_200k"]},
+    "output": {"uri": "s3://drafts/qwen3-8b"},
+}
+
+
+def inputs(name: str = "run", layers: int = 36, **spec: Any) -> Inputs:
+    parsed = SpeculatorTrainJobSpec.model_validate({**BASE, **spec})
+    return Inputs(name, "ml", parsed, get_release(), "abc123", layers, "uid-1")
+
+
+def by_name(i: Inputs) -> dict[str, Any]:
+    return {s.name: s for s in stages(i)}
+
+
+def test_stages_follow_the_spec() -> None:
+    assert list(by_name(inputs())) == ["fetch", "prepare", "extract", "train", "audit", "publish"]
+    assert list(by_name(inputs(hiddenStates={"mode": "online"}))) == ["fetch", "prepare", "train", "audit", "publish"]
+    regen = inputs(data={"regenerate": {"dataset": "ultrachat", "limit": 10}})
+    assert list(by_name(regen))[:3] == ["fetch", "regenerate", "prepare"]
+    assert list(by_name(inputs(training={"dryRun": True}))) == ["fetch", "prepare", "train", "audit", "publish"]
+
+
+def test_extraction_adds_the_last_layer_and_the_trainer_does_not() -> None:
+    i = inputs()
+    args = server_args(i, "extractor")
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert config["method"] == "extract_hidden_states"
+    assert config["draft_model_config"]["hf_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 18, 33, 36]
+    assert args[args.index("--served-model-name") + 1] == "/workspace/verifier"
+    assert "--no-enable-chunked-prefill" in args
+    train = by_name(i)["train"].command
+    at = train.index("--target-layer-ids")
+    assert train[at + 1 : at + 4] == ["2", "18", "33"]
+    assert train[at + 4].startswith("--")
+    assert train[train.index("--verifier-name-or-path") + 1] == "/workspace/verifier"
+    custom = inputs(draft={"targetLayerIds": [1, 10, 20]})
+    args = server_args(custom, "extractor")
+    assert json.loads(args[args.index("--speculative-config") + 1])["draft_model_config"]["hf_config"][
+        "eagle_aux_hidden_state_layer_ids"
+    ] == [1, 10, 20, 36]
+    with pytest.raises(RenderError, match="outside the verifier's layers"):
+        stages(inputs(draft={"targetLayerIds": [2, 40]}))
+
+
+def test_mtp_extracts_only_the_last_layer() -> None:
+    i = inputs(algorithm="mtp")
+    args = server_args(i, "extractor")
+    ids = json.loads(args[args.index("--speculative-config") + 1])["draft_model_config"]["hf_config"]
+    assert ids["eagle_aux_hidden_state_layer_ids"] == [36]
+    assert "--target-layer-ids" not in by_name(i)["train"].command
+    assert "--release" not in by_name(i)["audit"].command  # served only once stitched into the verifier
+
+
+def test_prepare_data_keeps_token_frequencies_when_the_vocabulary_is_reduced() -> None:
+    plain = by_name(inputs())["prepare"].command
+    assert "--no-skip-token-freq" not in plain
+    assert plain[plain.index("--render-endpoint") + 1] == "http://run-verifier.ml.svc:8000"
+    reduced = by_name(inputs(draft={"draftVocabSize": 32000}))["prepare"].command
+    assert "--no-skip-token-freq" in reduced
+    pretok = inputs(data={"sources": ["s3://data/rows.jsonl"], "format": "pretokenized", "maxSamples": 50})
+    stage = by_name(pretok)["prepare"]
+    assert stage.server is None
+    assert "--render-endpoint" not in stage.command
+    assert stage.command[stage.command.index("--data") + 1] == "/workspace/sources/0/rows.jsonl"
+    assert stage.command[stage.command.index("--max-samples") + 1] == "50"
+    fetch = by_name(pretok)["fetch"].command
+    assert "s3://data/rows.jsonl=/workspace/sources/0/rows.jsonl" in fetch
+    assert fetch[fetch.index("--revision") + 1] == "abc123"
+
+
+def test_regenerated_data_needs_no_render_endpoint() -> None:
+    i = inputs(data={"regenerate": {"dataset": "gsm8k", "limit": 100, "samplingParams": {"temperature": 0.6}}})
+    st = by_name(i)
+    assert st["regenerate"].server == "verifier"
+    cmd = st["regenerate"].command
+    assert cmd[cmd.index("--endpoint") + 1] == "http://run-verifier.ml.svc:8000/v1/chat/completions"
+    assert cmd[cmd.index("--sampling-params") + 1] == '{"temperature":0.6}'
+    prep = st["prepare"]
+    assert prep.server is None
+    assert prep.command[prep.command.index("--data") + 1].endswith("regenerated/data.jsonl")
+    assert "--enable-scale-out" not in server_args(i, "verifier")
+    assert "--enable-scale-out" in server_args(inputs(), "verifier")  # conversations: the render endpoint
+
+
+def test_offline_and_online_training() -> None:
+    offline = by_name(inputs())["train"].command
+    assert offline[:3] == ["torchrun", "--standalone", "--nproc-per-node"]
+    assert offline[offline.index("--on-missing") + 1] == "raise"
+    assert offline[offline.index("--hidden-states-path") + 1] == "/workspace/hidden_states"
+    online = by_name(inputs(hiddenStates={"mode": "online"}))["train"]
+    assert online.server == "extractor"
+    assert online.command[online.command.index("--on-missing") + 1] == "generate"
+    assert online.command[online.command.index("--vllm-endpoint") + 1] == "http://run-extractor.ml.svc:8000/v1"
+    dry = by_name(inputs(training={"dryRun": True}))["train"]
+    assert dry.command[:2] == ["speculators", "train"]
+    assert "--dry-run" in dry.command
+    pod = dry.children[0]["spec"]["template"]["spec"]
+    assert "nvidia.com/gpu" not in pod["containers"][0]["resources"].get("limits", {})
+
+
+def test_several_nodes_get_an_indexed_job_and_a_headless_service() -> None:
+    st = by_name(inputs(training={"nodes": 4, "gpusPerNode": 8}, workspace={"accessMode": "ReadWriteMany"}))["train"]
+    job, svc = st.children
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == 4
+    assert job["spec"]["backoffLimit"] == 8  # retries (2) per node
+    pod = job["spec"]["template"]["spec"]
+    assert pod["subdomain"] == svc["metadata"]["name"] == "run-train"
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    cmd = st.command
+    assert cmd[cmd.index("--master-addr") + 1] == "run-train-0.run-train.ml.svc"
+    assert cmd[cmd.index("--node-rank") + 1] == "$(JOB_COMPLETION_INDEX)"
+
+
+def test_train_flags_are_checked_against_the_pinned_speculators() -> None:
+    release = get_release()
+    check_train_args(release, ["--save-best", "--checkpoint-freq", "2", "--loss-fn=ce"])
+    with pytest.raises(RenderError, match="did you mean --save-best"):
+        check_train_args(release, ["--save-bets"])
+    with pytest.raises(RenderError, match="--epochs is set by the operator"):
+        check_train_args(release, ["--epochs", "9"])
+    with pytest.raises(RenderError, match=r"not a flag of speculators 0\.9\.0"):
+        stages(inputs(training={"extraArgs": ["--on-generate-cache"]}))
+
+
+def test_backends_render_their_connector() -> None:
+    def kv(**hs: Any) -> dict[str, Any]:
+        args = server_args(inputs(hiddenStates=hs), "extractor")
+        return json.loads(args[args.index("--kv-transfer-config") + 1])  # type: ignore[no-any-return]
+
+    assert kv()["kv_connector"] == "ExampleHiddenStatesConnector"
+    assert kv()["kv_connector_extra_config"]["shared_storage_path"] == "/workspace/hs-staging"
+    assert kv(backend="fp8")["kv_connector_module_path"] == "hs_connectors.fp8_hidden_states_connector"
+    moon = inputs(hiddenStates={"mode": "online", "backend": "mooncake", "mooncakeMaster": "mc:50051"})
+    dep, _ = server(moon, "extractor")
+    env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "MOONCAKE_LOCAL_HOSTNAME", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in env
+    train = by_name(moon)["train"].command
+    assert train[train.index("--mooncake-master") + 1] == "mc:50051"
+
+
+def test_children_are_owned_named_and_mount_one_workspace() -> None:
+    children = render_all(inputs(stages={"cpu": {"labels": {"team": "ml"}}}))
+    kinds = [(c["kind"], c["metadata"]["name"]) for c in children]
+    assert kinds[0] == ("PersistentVolumeClaim", "run-workspace")
+    assert ("Deployment", "run-verifier") in kinds
+    assert ("Deployment", "run-extractor") in kinds
+    for c in children:
+        assert c["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+        if c["kind"] in ("Job", "Deployment"):
+            pod = c["spec"]["template"]
+            assert pod["spec"]["enableServiceLinks"] is False
+            mounts = pod["spec"]["containers"][0]["volumeMounts"]
+            assert {"name": "workspace", "mountPath": "/workspace"} in mounts
+    fetch = next(c for c in children if c["metadata"]["name"] == "run-fetch")
+    assert fetch["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
+    own = render_all(inputs(workspace={"claimName": "shared"}))
+    assert own[0]["kind"] != "PersistentVolumeClaim"
+
+
+def test_long_names_stay_valid_and_stable() -> None:
+    name = "a" * 63
+    assert len(job_name(name, "publish")) <= 52
+    assert job_name(name, "publish") == job_name(name, "publish") != job_name(name, "prepare")
+
+
+def test_publish_to_a_claim_mounts_it() -> None:
+    job = by_name(inputs(output={"uri": "pvc://drafts/qwen/v1"}))["publish"].children[0]
+    pod = job["spec"]["template"]["spec"]
+    assert {"name": "output", "persistentVolumeClaim": {"claimName": "drafts"}} in pod["volumes"]
+    assert pod["containers"][0]["args"][2:4] == ["/workspace/checkpoints", "/output/qwen/v1"]
+
+
+def test_verifier_layers_come_from_the_config() -> None:
+    assert verifier_layers({"num_hidden_layers": 36}) == 36
+    assert verifier_layers({"text_config": {"num_hidden_layers": 48}, "num_hidden_layers": 2}) == 48
+    with pytest.raises(RenderError):
+        verifier_layers({"num_hidden_layers": True})

@@ -1,0 +1,119 @@
+"""The trainer image's entrypoint: reports, checkpoint resolution, digests and the folder publish."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from speculator_operator import trainer
+from speculator_operator.checkpoint import CheckpointError
+
+from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint
+
+
+@pytest.fixture
+def report_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "termination-log"
+    monkeypatch.setenv(trainer.REPORT_ENV, str(path))
+    return path
+
+
+def saved_run(root: Path) -> Path:
+    """A save path as `speculators train` leaves it: epoch folders and a relative checkpoint_best link."""
+    for epoch in ("0", "1"):
+        write_checkpoint(root / epoch, *eagle3(SMALL_QWEN3, draft_vocab=1024, k=3 + int(epoch)))
+        (root / epoch / "optimizer_state_dict.pt").write_bytes(b"\0" * 64)
+        (root / epoch / "training_state.json").write_text(json.dumps({"epoch": int(epoch)}))
+    (root / "checkpoint_best").symlink_to("0")
+    config = json.loads((root / "0" / "config.json").read_text())
+    config["speculators_config"]["verifier"]["name_or_path"] = "/workspace/verifier"
+    (root / "0" / "config.json").write_text(json.dumps(config))
+    return root
+
+
+def test_run_reports_on_success_and_keeps_quiet_on_failure(tmp_path: Path, report_file: Path) -> None:
+    out = tmp_path / "hs"
+    out.mkdir()
+    for i in range(3):
+        (out / f"hs_{i}.safetensors").write_bytes(b"x")
+    code = trainer.run("extract", [sys.executable, "-c", "pass", "--output", str(out)])
+    assert code == 0
+    body = json.loads(report_file.read_text())
+    assert body["speculatorsReport"] == 1
+    assert body["stage"] == "extract"
+    assert body["samples"] == 3
+    report_file.unlink()
+    assert trainer.run("train", [sys.executable, "-c", "import sys; sys.exit(7)"]) == 7
+    assert not report_file.exists()  # the kubelet then keeps the log tail (FallbackToLogsOnError)
+    assert trainer.run("train", ["/nonexistent/tool"]) == 2
+
+
+def test_reports_fit_the_termination_message(report_file: Path) -> None:
+    findings = [{"rule": "r", "severity": "warning", "message": "m" * 300} for _ in range(40)]
+    trainer.report("audit", audit={"ok": True, "findings": findings})
+    text = report_file.read_text()
+    assert len(text.encode()) <= trainer.REPORT_LIMIT
+    assert 0 < len(json.loads(text)["audit"]["findings"]) < 40
+
+
+def test_the_checkpoint_is_checkpoint_best_else_the_last_epoch_else_the_folder(tmp_path: Path) -> None:
+    root = saved_run(tmp_path / "run")
+    assert trainer.checkpoint_dir(root) == (root / "0").resolve()
+    (root / "checkpoint_best").unlink()
+    assert trainer.checkpoint_dir(root) == root / "1"
+    dry = tmp_path / "dry"
+    write_checkpoint(dry, *eagle3(SMALL_QWEN3, draft_vocab=1024))
+    assert trainer.checkpoint_dir(dry) == dry
+    with pytest.raises(CheckpointError):
+        trainer.checkpoint_dir(tmp_path / "empty")
+
+
+def test_publish_to_a_folder_is_whole_names_the_verifier_and_is_reproducible(tmp_path: Path, report_file: Path) -> None:
+    root = saved_run(tmp_path / "run")
+    target = tmp_path / "out" / "draft"
+    args = ("Qwen/Qwen3-8B", "sha-1", "ml/q", "2026.11-vllm0.32")
+    assert trainer.publish(str(root), str(target), *args) == 0
+    first = json.loads(report_file.read_text())["digest"]
+    names = sorted(p.name for p in target.iterdir())
+    assert "optimizer_state_dict.pt" not in names
+    assert trainer.MARKER in names
+    assert "model.safetensors" in names
+    config = json.loads((target / "config.json").read_text())
+    assert config["speculators_config"]["verifier"]["name_or_path"] == "Qwen/Qwen3-8B"
+    marker = json.loads((target / trainer.MARKER).read_text())
+    assert marker["digest"] == first
+    assert marker["verifierRevision"] == "sha-1"
+    assert marker["speculators"] == "0.9.0"
+    # again: the same digest, the old folder replaced, no leftovers beside it
+    assert trainer.publish(str(root), str(target), *args) == 0
+    assert json.loads(report_file.read_text())["digest"] == first
+    assert sorted(p.name for p in target.parent.iterdir()) == ["draft"]
+    # another checkpoint, another digest
+    (root / "checkpoint_best").unlink()
+    (root / "checkpoint_best").symlink_to("1")
+    assert trainer.publish(str(root), str(target), *args) == 0
+    assert json.loads(report_file.read_text())["digest"] != first
+
+
+def test_publish_refuses_a_missing_checkpoint(tmp_path: Path, report_file: Path) -> None:
+    assert trainer.publish(str(tmp_path / "none"), str(tmp_path / "t"), "v", "r", "ns/j", "2026.11-vllm0.32") == 2
+    assert not (tmp_path / "t").exists()
+
+
+def test_audit_exit_codes(tmp_path: Path, report_file: Path) -> None:
+    from ..ckptgen import QWEN3_8B
+
+    (tmp_path / "verifier").mkdir()
+    (tmp_path / "verifier" / "config.json").write_text(json.dumps(QWEN3_8B))
+    good = tmp_path / "good"
+    write_checkpoint(good, *eagle3())
+    assert trainer.audit_checkpoint(str(good), str(tmp_path / "verifier"), "2026.11-vllm0.32") == 0
+    assert json.loads(report_file.read_text())["audit"]["ok"] is True
+    config, tensors = eagle3()
+    tensors["fc.weight"] = ("BF16", [4096, 4096])
+    write_checkpoint(tmp_path / "bad", config, tensors)
+    assert trainer.audit_checkpoint(str(tmp_path / "bad"), str(tmp_path / "verifier"), "2026.11-vllm0.32") == 1
+    assert trainer.audit_checkpoint(str(tmp_path / "nothing"), str(tmp_path / "verifier"), None) == 2
