@@ -14,7 +14,22 @@ OWNED_FLAGS = (
     "--spec-tokens", "--tensor-parallel-size", "-tp", "--port", "--host", "--shutdown-timeout",
     "--max-num-seqs", "--quantization", "-q", "--revision", "--tokenizer",
 )  # fmt: skip
-_OWNED_RE = "^(" + "|".join(OWNED_FLAGS) + ")(=.*)?$"  # a hyphen needs no escape outside [...]
+
+
+def extra_args_schema(owned: tuple[str, ...]) -> dict[str, Any]:
+    """The CRD schema of an extraArgs list: strings that touch none of `owned` (nor the removed
+    disable_by_batch_size), checked by the API server (CEL)."""
+    pattern = "^(" + "|".join(owned) + ")(=.*)?$"  # a hyphen needs no escape outside [...]
+    return {
+        "items": {"type": "string", "maxLength": 1024},
+        "x-kubernetes-validations": [
+            {
+                "rule": f"self.all(a, !a.matches('{pattern}') && !a.contains('disable_by_batch_size'))",
+                "message": "extraArgs may not set flags the operator renders (" + ", ".join(owned) + ") "
+                "nor disable_by_batch_size (removed in vLLM 0.17; use cutoff)",
+            }
+        ],
+    }
 
 
 class Verifier(Model):
@@ -114,16 +129,7 @@ class Serving(Model):
         default_factory=list,
         max_length=64,
         description="More vLLM arguments; flags the operator owns are refused.",
-        json_schema_extra={
-            "items": {"type": "string", "maxLength": 1024},
-            "x-kubernetes-validations": [
-                {
-                    "rule": f"self.all(a, !a.matches('{_OWNED_RE}') && !a.contains('disable_by_batch_size'))",
-                    "message": "extraArgs may not set flags the operator renders (" + ", ".join(OWNED_FLAGS) + ") "
-                    "nor disable_by_batch_size (removed in vLLM 0.17; use cutoff)",
-                }
-            ],
-        },
+        json_schema_extra=extra_args_schema(OWNED_FLAGS),
     )
     shutdown_timeout_seconds: int = Field(
         default=60, ge=0, le=3600, description="vLLM drains this long on SIGTERM; the pod's grace period is longer."

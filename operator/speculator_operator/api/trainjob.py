@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from speculator_operator.api.common import Condition, Model, SecretRef
-from speculator_operator.api.deployment import AuditSummary, Verifier
+from speculator_operator.api.deployment import OWNED_FLAGS, AuditSummary, Verifier, extra_args_schema
 
 Algorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]
 Phase = Literal[
@@ -23,6 +23,11 @@ StagePhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
 _PRESETS = ("sharegpt", "ultrachat", "gsm8k", "magpie", "nemotron", "open-perfectblend", "hermes-fc")
 _SOURCE = r"^(hf:[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]*){0,2}|hf://datasets/.+\.jsonl?|s3://[a-z0-9][a-z0-9.-]*/.+|pvc://[a-z0-9][a-z0-9.-]*/.+)$"
+
+
+# the extraction server's own flags on top of the serving ones
+SERVER_OWNED_FLAGS = (*OWNED_FLAGS, "--kv-transfer-config", "--enable-chunked-prefill", "--no-enable-chunked-prefill",
+                      "--enable-scale-out")  # fmt: skip
 
 
 def _preserve(description: str) -> Any:
@@ -121,6 +126,13 @@ class HiddenStates(Model):
     replicas: int = Field(default=1, ge=1, le=256, description="Extraction servers (offline: one data rank each).")
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)
     concurrency: int = Field(default=32, ge=1, le=4096)
+    extra_args: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="More vLLM arguments for the extraction and plain verifier servers (e.g. --max-model-len); "
+        "flags the operator owns are refused.",
+        json_schema_extra=extra_args_schema(SERVER_OWNED_FLAGS),
+    )
 
 
 class Training(Model):

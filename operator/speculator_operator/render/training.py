@@ -571,7 +571,7 @@ def server_args(inputs: Inputs, role: str) -> list[str]:
     if role == "verifier":
         if needs_render(inputs) and supports(vllm, "enable_scale_out_flag"):
             args.append("--enable-scale-out")  # the render endpoint prepare-data posts to
-        return args
+        return [*args, *hs.extra_args]
     if not supports(vllm, "extract_hidden_states"):
         raise RenderError(f"hidden-state extraction needs vLLM >= 0.17, the release pins {inputs.release.vllm}")
     speculative = {
@@ -586,6 +586,7 @@ def server_args(inputs: Inputs, role: str) -> list[str]:
         "--kv-transfer-config",
         json.dumps(kv_transfer_config(inputs), separators=(",", ":"), sort_keys=True),
         "--no-enable-chunked-prefill",
+        *hs.extra_args,
     ]
 
 

@@ -1,0 +1,194 @@
+"""A SpeculatorTrainJob's rendered commands, run with the real tools: the speculators 0.9.0 CLI parses every
+command line the operator renders; the trainer entrypoint runs fetch (from S3), prepare-data, `train
+--dry-run`, the audit and the publish (to S3) for a tiny verifier; the extraction server's command starts
+the real vLLM CPU build to /health. The workspace mount point is replaced by a local folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.checkpoint import audit, load_checkpoint, load_verifier_config
+from speculator_operator.localcluster import LocalCluster, S3Info
+from speculator_operator.localcluster.cluster import free_port
+from speculator_operator.releases import get_release
+from speculator_operator.render.training import WORKSPACE, Inputs, server, stages
+
+from .conftest import REPO
+from .test_rendered_serving import RenderedServer
+
+pytestmark = pytest.mark.workloads
+
+BASE: dict[str, Any] = {"verifier": {"model": "s3://models/tiny"}, "output": {"uri": "s3://drafts/tiny"}}
+VARIANTS: list[dict[str, Any]] = [
+    {"algorithm": "eagle3", "draft": {"draftVocabSize": 256, "tttSteps": 4},
+     "data": {"sources": ["s3://data/chat.jsonl"], "regenerate": {"dataset": "ultrachat", "limit": 8,
+                                                                  "samplingParams": {"temperature": 0.7}}},
+     "training": {"extraArgs": ["--save-best", "--checkpoint-freq", "1", "--loss-fn=ce"]}},
+    {"algorithm": "peagle", "draft": {"numDepths": 6}, "data": {"sources": ["hf:org/chats"]},
+     "hiddenStates": {"mode": "online"}},
+    {"algorithm": "dflash", "draft": {"blockSize": 8, "numLayers": 2}, "data": {"sources": ["hf:org/chats"]},
+     "hiddenStates": {"mode": "online", "backend": "mooncake", "mooncakeMaster": "mc:50051"},
+     "training": {"nodes": 2, "gpusPerNode": 8, "fsdp": True}},
+    {"algorithm": "dflash2", "data": {"sources": ["hf:org/chats"], "maxSamples": 100, "seqLength": 2048},
+     "hiddenStates": {"backend": "fp8", "replicas": 2}, "training": {"lr": 0.0003}},
+    {"algorithm": "dspark", "data": {"sources": ["s3://data/rows.jsonl"], "format": "pretokenized"},
+     "training": {"dryRun": True}},
+    {"algorithm": "mtp", "draft": {"numSpeculativeSteps": 2}, "data": {"sources": ["hf:org/chats"]}},
+]  # fmt: skip
+
+
+def rendered(spec: dict[str, Any], layers: int = 8, name: str = "tiny") -> Inputs:
+    parsed = SpeculatorTrainJobSpec.model_validate({**BASE, **spec})
+    return Inputs(name, "ml", parsed, get_release(), "etag:abc", layers, "uid")
+
+
+def tool_argv(command: list[str]) -> list[str] | None:
+    """The `speculators ...` argv of a stage command (torchrun launches `-m speculators.train`)."""
+    command = [a.replace("$(JOB_COMPLETION_INDEX)", "0") for a in command]
+    if command[0] == "speculators":
+        return command
+    if command[0] == "torchrun":
+        return ["speculators", "train", *command[command.index("speculators.train") + 1 :]]
+    return None
+
+
+def test_every_rendered_speculators_command_is_accepted_by_the_real_cli(workloads_env: Path) -> None:
+    argvs = []
+    for spec in VARIANTS:
+        for stage in stages(rendered(spec)):
+            argv = tool_argv(stage.command)
+            if argv is not None:
+                argvs.append(argv)
+    assert {a[1] for a in argvs} == {"regenerate-responses", "prepare-data", "generate-offline-data", "train"}
+    # a control the parser must refuse: hybrid caching is gone in 0.9.0
+    control = ["speculators", "train", "--verifier-name-or-path", "x", "--on-generate", "cache"]
+    out = subprocess.run(
+        [str(workloads_env / "bin" / "python"), str(REPO / "tests" / "workloads" / "check_commands.py")],
+        input=json.dumps([*argvs, control]), capture_output=True, text=True, timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    *checked, refused = results
+    bad = [(r["argv"], r["error"]) for r in checked if not r["ok"]]
+    assert not bad, bad
+    assert not refused["ok"]
+    assert "on-generate" in refused["error"] or "invalid choice" in refused["error"]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Info]:
+    bins = (
+        os.environ.get("SPECULATOR_BIN_DIR")
+        or subprocess.run(
+            [str(REPO / "hack" / "build-kube"), "--print-bin-dir"], check=True, capture_output=True, text=True
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    local = LocalCluster(tmp_path_factory.mktemp("s3"), Path(bins))
+    info = local.start_s3_only()
+    try:
+        yield info
+    finally:
+        local.stop()
+
+
+def client(info: S3Info) -> Any:
+    return boto3.client("s3", endpoint_url=info.endpoint, aws_access_key_id=info.access_key,
+                        aws_secret_access_key=info.secret_key, region_name=info.region)  # fmt: skip
+
+
+def container_argv(child: dict[str, Any], workspace: Path) -> list[str]:
+    (c,) = child["spec"]["template"]["spec"]["containers"]
+    return [a.replace(WORKSPACE, str(workspace)) for a in [*c["command"], *c["args"]]]
+
+
+def test_the_trainer_entrypoint_runs_the_real_pipeline_and_publishes_to_s3(
+    workloads_env: Path, dry_run_checkpoints: dict[str, Path], s3: S3Info, tmp_path: Path
+) -> None:
+    verifier_dir = dry_run_checkpoints["verifier"]
+    s3c = client(s3)
+    for bucket in ("models", "data", "drafts"):
+        s3c.create_bucket(Bucket=bucket)
+    for f in verifier_dir.iterdir():
+        s3c.upload_file(str(f), "models", f"tiny/{f.name}")
+    rows = [{"input_ids": [5 + (i * 7 + j) % 500 for j in range(40)], "loss_mask": [0] * 10 + [1] * 30}
+            for i in range(16)]  # fmt: skip
+    s3c.put_object(Bucket="data", Key="rows.jsonl", Body="".join(json.dumps(r) + "\n" for r in rows).encode())
+
+    env = {**os.environ, **s3.env(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM":
+           "false", "PATH": f"{Path(sys.executable).parent}:{workloads_env / 'bin'}:{os.environ['PATH']}"}  # fmt: skip
+    config, revision = load_verifier_config("s3://models/tiny", s3.env())
+    spec = {"algorithm": "eagle3", "draft": {"draftVocabSize": 256},
+            "data": {"sources": ["s3://data/rows.jsonl"], "format": "pretokenized", "seqLength": 256},
+            "training": {"dryRun": True, "epochs": 1}}  # fmt: skip
+    inputs = Inputs("tiny", "ml", SpeculatorTrainJobSpec.model_validate({**BASE, **spec}), get_release(), revision,
+                    config["num_hidden_layers"], "uid")  # fmt: skip
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    reports = {}
+    for stage in stages(inputs):
+        argv = container_argv(stage.children[0], workspace)
+        report = tmp_path / f"{stage.name}.report"
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                                env={**env, "SPECULATOR_REPORT_PATH": str(report)})  # fmt: skip
+        assert result.returncode == 0, f"{stage.name}: {' '.join(argv)}\n{result.stderr[-4000:]}"
+        reports[stage.name] = json.loads(report.read_text())
+    assert list(reports) == ["fetch", "prepare", "train", "audit", "publish"]
+    assert reports["prepare"]["samples"] == 16
+    assert reports["prepare"]["fingerprint"]
+    assert (workspace / "prepared" / "token_freq.pt").exists()  # --no-skip-token-freq: the vocabulary is pruned
+    assert reports["train"]["epoch"] == 0
+    assert reports["audit"]["audit"]["ok"] is True
+
+    published = load_checkpoint("s3://drafts/tiny", s3.env())
+    assert published.config["draft_vocab_size"] == 256  # not the silent full-vocabulary fallback
+    assert published.config["speculators_config"]["verifier"]["name_or_path"] == "s3://models/tiny"
+    assert audit(published, verifier=config, release=get_release()).ok
+    marker = json.loads(s3c.get_object(Bucket="drafts", Key="tiny/speculators-provenance.json")["Body"].read())
+    assert marker["digest"] == reports["publish"]["digest"]
+    assert marker["verifierRevision"] == revision
+    keys = [o["Key"] for o in s3c.list_objects_v2(Bucket="drafts")["Contents"]]
+    assert not [k for k in keys if ".staging-" in k]
+
+
+def test_the_extraction_server_command_starts_the_real_vllm(
+    vllm_env: Path, dry_run_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    spec = {"algorithm": "eagle3", "data": {"sources": ["hf:org/chats"]},
+            "hiddenStates": {"extraArgs": ["--enforce-eager", "--max-model-len", "512"]}}  # fmt: skip
+    dep, _ = server(rendered(spec), "extractor")
+    # a short workspace path: vLLM's served name is this path, and so is the trainer's verifier name
+    workspace = Path(tempfile.mkdtemp(prefix="ws-", dir=tmp_path))
+    shutil.copytree(dry_run_checkpoints["verifier"], workspace / "verifier")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    command = [a.replace(WORKSPACE, str(workspace)) for a in c["command"]]
+    args = [a.replace(WORKSPACE, str(workspace)) for a in c["args"]]
+    args[args.index("--host") + 1] = "127.0.0.1"
+    args[args.index("--port") + 1] = str(free_port())
+    log = tmp_path / "extract.log"
+    srv = RenderedServer(vllm_env, command, args, log)
+    try:
+        srv.wait_healthy()
+        with urllib.request.urlopen(srv.url("/v1/models"), timeout=10) as resp:
+            models = json.loads(resp.read())
+        # the served model name is the path the trainer passes as --verifier-name-or-path
+        assert [m["id"] for m in models["data"]] == [str(workspace / "verifier")]
+        text = log.read_text(errors="replace")
+        assert "extract_hidden_states" in text
+    finally:
+        srv.stop()
