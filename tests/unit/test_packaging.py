@@ -23,6 +23,17 @@ def test_server_image_pins_the_default_release() -> None:
     assert release.image("server").endswith(":" + args["SPECULATOR_RELEASE"])
 
 
+def test_trainer_image_pins_the_default_release() -> None:
+    release = get_release()
+    args = dockerfile_args(REPO / "trainer_image" / "Dockerfile")
+    assert args["TORCH_VERSION"] == release.torch
+    assert args["TRANSFORMERS_VERSION"] == release.transformers
+    assert args["SPECULATORS_VERSION"] == release.speculators
+    assert args["HS_CONNECTORS_VERSION"] == release.hs_connectors
+    assert args["SPECULATOR_RELEASE"] == release.name
+    assert release.image("trainer").endswith(":" + args["SPECULATOR_RELEASE"])
+
+
 def test_chart_crds_are_the_generated_ones() -> None:
     chart = {p.name: p.read_text() for p in (REPO / "charts" / "speculator-operator" / "crds").glob("*.yaml")}
     generated = {p.name: p.read_text() for p in (REPO / "crds").glob("*.yaml")}
