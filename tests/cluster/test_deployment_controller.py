@@ -110,17 +110,33 @@ def test_unreadable_checkpoint_waits_with_a_reason(
 
 
 def test_verifier_changes_follow_the_upgrade_policy(
-    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str, workspace: Any
 ) -> None:
     assert cluster.s3 is not None
     s3 = boto3.client("s3", endpoint_url=cluster.s3.endpoint, aws_access_key_id=cluster.s3.access_key,
                       aws_secret_access_key=cluster.s3.secret_key, region_name=cluster.s3.region)  # fmt: skip
     bucket = store["verifier"].removeprefix("s3://").split("/")[0]
-    cases = {"compatible": "Redeploy", "incompatible": "Redeploy", "paused": "Pause"}
+    cases = {"compatible": "Redeploy", "incompatible": "Redeploy", "paused": "Pause", "retrain": "Retrain"}
+    # what the retraining publishes (kwok runs no trainer): a good draft under a new prefix
+    retrained = f"retrained-{namespace}"
+    for obj in s3.list_objects_v2(Bucket=bucket, Prefix="good/")["Contents"]:
+        s3.copy({"Bucket": bucket, "Key": obj["Key"]}, bucket, f"{retrained}/{obj['Key'].split('/', 1)[1]}")
+    # the retraining's workspace: a claim on a volume provided in advance
+    client.CoreV1Api(cluster.api).create_namespaced_persistent_volume_claim(namespace, client.V1PersistentVolumeClaim(
+        metadata=client.V1ObjectMeta(name=workspace("retrain-ws")), spec=client.V1PersistentVolumeClaimSpec(
+            access_modes=["ReadWriteMany"], resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+            storage_class_name="")))  # fmt: skip
+    report = {"annotations": {"speculators.dev/simulate-message": json.dumps({"speculatorsReport": 1})}}
+    template = {"algorithm": "eagle3", "data": {"sources": [store["data"]], "format": "pretokenized"},
+                "output": {"uri": f"s3://{bucket}/{retrained}", "credentials": {"name": creds}},
+                "workspace": {"claimName": "retrain-ws"}, "retries": 0,
+                "stages": {"cpu": report}}  # fmt: skip
     for name, policy in cases.items():
         s3.put_object(Bucket=bucket, Key=f"v-{namespace}-{name}/config.json", Body=json.dumps(SMALL).encode())
         doc = json.loads(sdep(name, {**store, "verifier": f"s3://{bucket}/v-{namespace}-{name}"}, "good", creds))
         doc["spec"]["upgradePolicy"] = {"onVerifierChange": policy, "pollIntervalSeconds": 30}
+        if policy == "Retrain":
+            doc["spec"]["upgradePolicy"]["trainTemplate"] = template
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     before = {}
     for name in cases:
@@ -128,7 +144,7 @@ def test_verifier_changes_follow_the_upgrade_policy(
         before[name] = get(cluster, namespace, f"sdep/{name}")["status"]
     # the verifier moves: a harmless new key for two, another hidden size for one
     changed = {"compatible": {**SMALL, "rope_theta": 1000000}, "paused": {**SMALL, "rope_theta": 1000000},
-               "incompatible": {**SMALL, "hidden_size": 512}}  # fmt: skip
+               "incompatible": {**SMALL, "hidden_size": 512}, "retrain": {**SMALL, "rope_theta": 1000000}}  # fmt: skip
     for name, config in changed.items():
         s3.put_object(Bucket=bucket, Key=f"v-{namespace}-{name}/config.json", Body=json.dumps(config).encode())
 
@@ -162,6 +178,35 @@ def test_verifier_changes_follow_the_upgrade_policy(
     assert st["phase"] == "Ready"
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["VerifierCurrent"]["reason"] == "VerifierChanged"
+
+    # Retrain: a SpeculatorTrainJob from the template trains for the new verifier while the old pair serves;
+    # its result is handed back, audited against the new verifier, and rolled out with it
+    def retraining() -> dict[str, Any]:
+        st = get(cluster, namespace, "sdep/retrain")["status"]
+        assert st.get("retrain"), "no retraining yet"
+        return st  # type: ignore[no-any-return]
+
+    st = eventually(retraining, timeout=120)
+    job = st["retrain"]["job"]
+    assert st["retrain"]["verifierRevision"] != before["retrain"]["verifierRevision"]
+    assert {c["type"]: c for c in st["conditions"]}["VerifierCurrent"]["reason"] == "Retraining"
+    assert st["revision"] == before["retrain"]["revision"]  # still the old pair
+    stj = get(cluster, namespace, f"stj/{job}")
+    assert stj["spec"]["deployTo"] == "retrain"
+    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Succeeded", f"stj/{job}",
+                    "--timeout=180s")  # fmt: skip
+
+    def adopted() -> None:
+        st = get(cluster, namespace, "sdep/retrain")["status"]
+        assert st.get("draftSource") == f"s3://{bucket}/{retrained}", st.get("draftSource")
+        assert "retrain" not in st
+        assert st["phase"] == "Ready"
+
+    eventually(adopted, timeout=120)
+    st = get(cluster, namespace, "sdep/retrain")["status"]
+    assert st["revision"] != before["retrain"]["revision"]
+    assert st["verifierRevision"] != before["retrain"]["verifierRevision"]
+    assert {c["type"]: c for c in st["conditions"]}["VerifierCurrent"]["status"] == "True"
 
 
 def test_a_refused_child_is_reported_and_retried(

@@ -13,7 +13,7 @@ import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from .conftest import Cluster, eventually, get, stj
+from .conftest import Cluster, eventually, get, sdep, stj
 
 pytestmark = pytest.mark.cluster
 
@@ -215,3 +215,35 @@ def test_operator_refuses_unknown_train_flags_before_any_pod(
     message = {c["type"]: c for c in st["conditions"]}["Failed"]["message"]
     assert "--learning-rate is not a flag of speculators 0.9.0 train" in message
     assert listed(cluster, namespace, "jobs,pvc", "speculators.dev/trainjob=flags") == []
+
+
+def test_a_finished_job_is_served_by_the_deployments_that_want_it(
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str, workspace: Any
+) -> None:
+    workspace("handoff-workspace")
+    # one deployment follows the job by name; another serves a broken draft until the job patches it
+    follow = json.loads(sdep("follow", store, "good", creds))
+    follow["spec"]["speculator"] = {"fromTrainJob": "handoff"}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(follow))
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("patched", store, "bad", creds))
+    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Pending", "sdep/follow", "--timeout=60s")
+    waiting = {c["type"]: c for c in get(cluster, namespace, "sdep/follow")["status"]["conditions"]}
+    assert waiting["Audited"]["reason"] == "TrainJobPending"
+    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Failed", "sdep/patched", "--timeout=60s")
+
+    data = {"sources": [store["data"]], "format": "pretokenized"}
+    manifest = stj("handoff", store, creds, deployTo="patched", data=data, stages={"cpu": simulated()})
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=manifest)
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "stj/handoff", "--timeout=180s")
+    # the follower audits and serves the published checkpoint
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/follow", "--timeout=120s")
+    st = get(cluster, namespace, "sdep/follow")["status"]
+    assert st["draftSource"] == store["good"]
+    assert st["audit"]["ok"] is True
+    # the deployTo target was pointed at it, re-audited and rolled out
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/patched", "--timeout=120s")
+    patched = get(cluster, namespace, "sdep/patched")
+    assert patched["spec"]["speculator"]["source"] == store["good"]
+    job = get(cluster, namespace, "stj/handoff")["status"]
+    assert job["deployedTo"] == "patched"
+    assert {c["type"]: c for c in job["conditions"]}["HandedOff"]["reason"] == "Patched"

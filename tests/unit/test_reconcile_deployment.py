@@ -9,7 +9,16 @@ import pytest
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.checkpoint import audit
-from speculator_operator.reconcile.deployment import Observed, apply_failed, plan, serving_status, verifier_change
+from speculator_operator.reconcile.deployment import (
+    Observed,
+    apply_failed,
+    plan,
+    retrain_job,
+    retrain_name,
+    retrain_status,
+    serving_status,
+    verifier_change,
+)
 from speculator_operator.releases import get_release
 
 from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
@@ -97,7 +106,7 @@ def test_serving_status_counts_only_the_current_revision() -> None:
     [
         ("Redeploy", "redeploy", None),
         ("Pause", "pause", "VerifierChanged"),
-        ("Retrain", "retrain", "RetrainUnavailable"),
+        ("Retrain", "retrain", None),  # the controller starts the retraining (retrain_job, retrain_status)
     ],
 )
 def test_verifier_change_follows_the_policy(policy: str, action: str, reason: str | None) -> None:
@@ -114,6 +123,33 @@ def test_verifier_change_follows_the_policy(policy: str, action: str, reason: st
     else:
         assert new is not None
         assert conds(new)["VerifierCurrent"] == ("False", reason)
+
+
+def test_retraining_is_a_train_job_from_the_template_pinned_to_the_new_revision() -> None:
+    template = {"algorithm": "eagle3", "data": {"sources": ["hf:org/chats"]}, "output": {"uri": "s3://d/new"}}
+    spec = SPEC.model_copy(update={"upgrade_policy": SPEC.upgrade_policy.model_copy(
+        update={"on_verifier_change": "Retrain", "train_template": template})})  # fmt: skip
+    job = retrain_job("qwen", "ml", "uid-1", spec, "0123456789abcdef")
+    assert job["metadata"]["name"] == "qwen-retrain-0123456789"
+    assert job["spec"]["verifier"] == {"model": "Qwen/Qwen3-8B", "revision": "0123456789abcdef"}
+    assert job["spec"]["deployTo"] == "qwen"
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert retrain_name("qwen", "etag:ABC-def") == "qwen-retrain-abcdef"
+    assert len(retrain_name("x" * 63, "0123456789abcdef")) <= 63
+    status = retrain_status({"verifierRevision": "old", "conditions": []}, 2, job["metadata"]["name"], "new", None)
+    assert conds(status)["VerifierCurrent"] == ("False", "Retraining")
+    assert status["retrain"] == {"job": "qwen-retrain-0123456789", "verifierRevision": "new"}
+    bad = spec.model_copy(update={"upgrade_policy": spec.upgrade_policy.model_copy(
+        update={"train_template": {**template, "algorithm": "medusa"}})})  # fmt: skip
+    with pytest.raises(ValueError, match=r"trainTemplate\.algorithm"):
+        retrain_job("qwen", "ml", None, bad, "r")
+    with pytest.raises(ValueError, match="set by the operator"):
+        retrain_job("qwen", "ml", None, spec.model_copy(update={"upgrade_policy": spec.upgrade_policy.model_copy(
+            update={"train_template": {**template, "deployTo": "other"}})}), "r")  # fmt: skip
+    with pytest.raises(ValueError, match="not set"):
+        retrain_job("qwen", "ml", None, SPEC, "r")
+    failed = retrain_status({"conditions": []}, 1, None, "new", "upgradePolicy.trainTemplate is not set")
+    assert conds(failed)["VerifierCurrent"] == ("False", "RetrainUnavailable")
 
 
 def test_apply_failure_is_reported() -> None:

@@ -145,6 +145,13 @@ class UpgradePolicy(Model):
     poll_interval_seconds: int = Field(
         default=600, ge=30, le=86400, description="How often the verifier revision is resolved again."
     )
+    train_template: dict[str, Any] | None = Field(
+        default=None,
+        description="A SpeculatorTrainJob spec without verifier and deployTo: what Retrain runs (and Redeploy "
+        "when the draft fails its audit against the new verifier). The operator adds the verifier pinned to the "
+        "new revision and deployTo this deployment; the current pair keeps serving until the new draft passes.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
 
 
 class AuditPolicy(Model):
@@ -186,6 +193,11 @@ class Acceptance(Model):
     window_seconds: int | None = None
 
 
+class RetrainStatus(Model):
+    job: str = Field(description="The SpeculatorTrainJob training a draft for the new verifier revision.")
+    verifier_revision: str = Field(description="The verifier revision it trains for.")
+
+
 class SpeculatorDeploymentStatus(Model):
     phase: Literal["Pending", "Auditing", "Deploying", "Ready", "Degraded", "Failed"] | None = None
     observed_generation: int | None = None
@@ -196,6 +208,10 @@ class SpeculatorDeploymentStatus(Model):
     num_speculative_tokens: int | None = None
     verifier_revision: str | None = Field(default=None, description="The verifier commit sha (or config digest).")
     draft_revision: str | None = Field(default=None, description="The draft commit sha (or config digest).")
+    draft_source: str | None = Field(
+        default=None, description="The checkpoint served (a train job's published output for fromTrainJob)."
+    )
+    retrain: RetrainStatus | None = Field(default=None, description="A retraining in flight.")
     revision: str | None = Field(default=None, description="Hash of verifier, draft, release and rendered config.")
     replicas: int | None = None
     ready_replicas: int | None = None

@@ -69,6 +69,9 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str,
             out["additionalProperties"] = _convert(node["additionalProperties"], defs, f"{path}{{}}")
         else:
             out.pop("additionalProperties")
+    if out.get("additionalProperties") is True:
+        # free-form JSON (dict[str, Any]): nested values are kept only with preserve-unknown-fields
+        del out["additionalProperties"]
     if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
         extensions.setdefault("x-kubernetes-preserve-unknown-fields", True)
     if "type" not in out and not extensions.get("x-kubernetes-preserve-unknown-fields"):

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, cast
 
 import kopf
@@ -27,12 +28,15 @@ from speculator_operator.reconcile.deployment import (
     failed,
     plan,
     refresh_serving,
+    retrain_job,
+    retrain_status,
     verifier_change,
 )
 from speculator_operator.releases import ReleaseError, get_release
 from speculator_operator.render.serving import MANAGED_BY
 
 PLURAL = "speculatordeployments"
+TRAIN_JOBS = "speculatortrainjobs"
 FIELD_MANAGER = "speculator-operator"
 APPLIED = "speculators.dev/applied-hash"
 RETRY_SECONDS = 30
@@ -108,17 +112,52 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
+@dataclass(frozen=True)
+class Problem:
+    reason: str
+    message: str
+
+
+def train_job_output(namespace: str, job: str, verifier_model: str) -> tuple[str, str | None] | Problem:
+    """(checkpoint uri, credentials Secret) of a SpeculatorTrainJob that has succeeded, or why not yet."""
+    try:
+        stj = cast(dict[str, Any], client.CustomObjectsApi(api()).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, TRAIN_JOBS, job))  # fmt: skip
+    except ApiException as exc:
+        if exc.status == 404:
+            return Problem("TrainJobPending", f"SpeculatorTrainJob {job!r} does not exist (yet)")
+        raise
+    spec, status = stj.get("spec") or {}, stj.get("status") or {}
+    trained_for = (spec.get("verifier") or {}).get("model")
+    if trained_for != verifier_model:
+        return Problem("TrainJobMismatch", f"SpeculatorTrainJob {job!r} trains for verifier {trained_for!r}, "
+                       f"this deployment serves {verifier_model!r}")  # fmt: skip
+    phase = status.get("phase") or "Pending"
+    if phase == "Failed":
+        return Problem("TrainJobFailed", f"SpeculatorTrainJob {job!r} failed at stage {status.get('stage')}")
+    uri = (status.get("checkpoint") or {}).get("uri")
+    if phase != "Succeeded" or not uri:
+        stage = f" (stage {status['stage']})" if status.get("stage") else ""
+        return Problem("TrainJobPending", f"SpeculatorTrainJob {job!r} is {phase}{stage}")
+    return uri, ((spec.get("output") or {}).get("credentials") or {}).get("name")
+
+
 def _observe_inputs(
     name: str, namespace: str, spec: SpeculatorDeploymentSpec, generation: int, status: dict[str, Any]
 ) -> Observed:
     obs = Observed(generation=generation, status=status, child=current_child(namespace, name))
+    source = spec.speculator.source or ""
+    draft_secret = spec.speculator.credentials.name if spec.speculator.credentials else None
     if spec.speculator.from_train_job:
-        obs.problem = ("TrainJobPending", f"SpeculatorTrainJob {spec.speculator.from_train_job!r}: serving a "
-                       "train job's output is not supported by this operator version yet")  # fmt: skip
-        return obs
+        found = train_job_output(namespace, spec.speculator.from_train_job, spec.verifier.model)
+        if isinstance(found, Problem):
+            obs.problem = (found.reason, found.message)
+            return obs
+        source, draft_secret = found
+        obs.draft_source = source
     try:
         verifier_creds = secret_data(namespace, spec.verifier.credentials.name if spec.verifier.credentials else None)
-        draft_creds = secret_data(namespace, spec.speculator.credentials.name if spec.speculator.credentials else None)
+        draft_creds = secret_data(namespace, draft_secret)
     except CredentialsError as exc:
         obs.problem = ("CredentialsUnreadable", str(exc))
         return obs
@@ -133,7 +172,6 @@ def _observe_inputs(
         verifier, revision = None, spec.verifier.revision  # read by the pod's entrypoint, which mounts it
     obs.verifier_revision = revision
     release = get_release(spec.release)
-    source = spec.speculator.source or ""
     try:
         ck = load_checkpoint(source, draft_creds)
     except CheckpointError as exc:
@@ -172,6 +210,13 @@ def _reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.S
     else:
         obs = _observe_inputs(name, namespace, parsed, generation, current)
         p = plan(name, namespace, uid, parsed, release, obs)
+    retrain = current.get("retrain") or {}
+    if (
+        retrain
+        and p.status.get("phase") in ("Deploying", "Ready")
+        and (p.status.get("verifierRevision") == retrain.get("verifierRevision"))
+    ):
+        p.status.pop("retrain", None)  # the retrained pair is the one being served now
     # status first: the child's events may arrive before this handler returns, and they are
     # interpreted against the revision recorded here
     write_status(namespace, name, current, p.status)
@@ -203,6 +248,10 @@ def reconcile(
     uid: str, **_: Any,
 ) -> None:  # fmt: skip
     assert namespace is not None  # the CRD is namespaced
+    current = dict(status or {})
+    if current.get("retrain") and current.get("observedGeneration") == meta.get("generation"):
+        # a retraining is in flight and nothing was asked since: keep the pair pinned to its old verifier
+        return
     p = _reconcile(body, spec, meta, status, name, namespace, uid)
     if p.status.get("phase") == "Pending":
         # an input could not be read: try again later (the status above says which and why)
@@ -248,11 +297,59 @@ def poll_verifier(
         log.warning("%s/%s: verifier revision not resolved: %s", namespace, name, exc)
         return
     current = dict(status or {})
-    action, new_status = verifier_change(parsed, current, resolved, int(meta.get("generation") or 0))
+    generation = int(meta.get("generation") or 0)
+    action, new_status = verifier_change(parsed, current, resolved, generation)
     if action == "redeploy":
-        _reconcile(body, spec, meta, status, name, namespace, uid)
+        p = _reconcile(body, spec, meta, status, name, namespace, uid)
+        if p.status.get("phase") == "Degraded" and parsed.upgrade_policy.train_template and resolved:
+            start_retrain(body, parsed, p.status, name, namespace, uid, resolved, generation)
+    elif action == "retrain" and resolved:
+        if (current.get("retrain") or {}).get("verifierRevision") != resolved:
+            start_retrain(body, parsed, current, name, namespace, uid, resolved, generation)
     elif new_status is not None:
         write_status(namespace, name, current, new_status)
+
+
+def start_retrain(body: kopf.Body, spec: SpeculatorDeploymentSpec, status: dict[str, Any], name: str,
+                  namespace: str, uid: str, revision: str, generation: int) -> None:  # fmt: skip
+    """Create the SpeculatorTrainJob for the new verifier revision (once: its name is per revision)."""
+    try:
+        manifest = retrain_job(name, namespace, uid, spec, revision)
+    except ValueError as exc:
+        write_status(namespace, name, status, retrain_status(status, generation, None, revision, str(exc)))
+        kopf.event(body, type="Warning", reason="RetrainUnavailable", message=str(exc)[:1024])
+        return
+    job = manifest["metadata"]["name"]
+    try:
+        client.CustomObjectsApi(api()).create_namespaced_custom_object(GROUP, VERSION, namespace, TRAIN_JOBS,
+                                                                       manifest)  # fmt: skip
+        message = f"SpeculatorTrainJob {job} for verifier {revision}"
+        kopf.event(body, type="Normal", reason="Retraining", message=message)
+    except ApiException as exc:
+        if exc.status != 409:  # 409: created before (a restart, or the last poll)
+            raise
+    write_status(namespace, name, status, retrain_status(status, generation, job, revision, None))
+
+
+@kopf.on.event(GROUP, VERSION, TRAIN_JOBS)
+def train_job_changed(*, body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    """A train job finished: the deployments serving its output (speculator.fromTrainJob) move now."""
+    phase = (body.get("status") or {}).get("phase")
+    if namespace is None or phase not in ("Succeeded", "Failed"):
+        return
+    job = body.get("metadata", {}).get("name")
+    objects = client.CustomObjectsApi(api())
+    listed = cast(dict[str, Any], objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))
+    for item in listed.get("items", []):
+        if ((item.get("spec") or {}).get("speculator") or {}).get("fromTrainJob") != job:
+            continue
+        if phase == "Succeeded" and (item.get("status") or {}).get("draftSource") == (
+            (body.get("status") or {}).get("checkpoint") or {}
+        ).get("uri"):
+            continue  # already serving it
+        obj = kopf.Body(cast(kopf.RawBody, item))
+        meta = item["metadata"]
+        _reconcile(obj, obj.spec, obj.meta, obj.status, meta["name"], namespace, meta["uid"])
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})

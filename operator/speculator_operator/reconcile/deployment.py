@@ -10,19 +10,23 @@ keeps serving), Failed (nothing can be served).
 
 Condition reasons:
 - Audited: AuditPassed | AuditFailed | CheckpointUnreadable | VerifierUnreadable | CredentialsUnreadable |
-  TrainJobPending
-- VerifierCurrent: RevisionResolved | VerifierUnreadable
+  TrainJobPending | TrainJobFailed | TrainJobMismatch
+- VerifierCurrent: RevisionResolved | VerifierChanged (Pause) | Retraining | RetrainUnavailable
 - Serving: RolledOut | RollingOut | ScaledToZero | NotDeployed | ApplyFailed
 - Ready: Ready | RollingOut | AuditFailed | InvalidSpec | ReleaseUnsupported | WaitingForInputs | ApplyFailed
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from speculator_operator.api.common import Condition, set_condition
+from pydantic import ValidationError
+
+from speculator_operator.api.common import API_VERSION, Condition, set_condition
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint import AuditReport
 from speculator_operator.releases import Release
 from speculator_operator.render.serving import Draft, Inputs, RenderError, num_speculative_tokens, render
@@ -122,6 +126,7 @@ def plan(
         "algorithm": ck.algorithm,
         "verifierRevision": obs.verifier_revision,
         "draftRevision": ck.revision,
+        "draftSource": obs.draft_source or spec.speculator.source,
         "audit": audit_summary(report),
     }
     verifier_cond = _cond(gen, "VerifierCurrent", True, "RevisionResolved", f"verifier at {obs.verifier_revision}")
@@ -211,13 +216,56 @@ def verifier_change(
             "VerifierChanged",
             f"the verifier moved from {old} to {resolved}; upgradePolicy is Pause: nothing is rolled out",
         )
-    else:
-        reason, message = (
-            "RetrainUnavailable",
-            f"the verifier moved from {old} to {resolved}; upgradePolicy is "
-            "Retrain, but this operator version cannot run a SpeculatorTrainJob yet: the current pair keeps serving",
-        )
-    return policy.lower(), _with(status, generation, _cond(generation, "VerifierCurrent", False, reason, message))
+        return "pause", _with(status, generation, _cond(generation, "VerifierCurrent", False, reason, message))
+    return "retrain", None
+
+
+def retrain_name(name: str, revision: str) -> str:
+    """The SpeculatorTrainJob that retrains `name` for a verifier revision (one per revision)."""
+    tag = re.sub(r"[^a-z0-9]", "", revision.lower().split(":")[-1])[:10] or "rev"
+    return f"{name[: 63 - len(tag) - 9]}-retrain-{tag}"
+
+
+def retrain_job(
+    name: str, namespace: str, uid: str | None, spec: SpeculatorDeploymentSpec, revision: str
+) -> dict[str, Any]:
+    """The SpeculatorTrainJob for the new verifier revision from upgradePolicy.trainTemplate; ValueError
+    names what is wrong with the template."""
+    template = dict(spec.upgrade_policy.train_template or {})
+    if not template:
+        raise ValueError("upgradePolicy.trainTemplate is not set")
+    for key in ("verifier", "deployTo"):
+        if key in template:
+            raise ValueError(f"upgradePolicy.trainTemplate.{key} is set by the operator; leave it out")
+    verifier = spec.verifier.model_dump(by_alias=True, exclude_none=True, mode="json")
+    if spec.verifier.is_hub:
+        verifier["revision"] = revision  # train against exactly the revision that was resolved
+    body = {**template, "verifier": verifier, "deployTo": name}
+    try:
+        SpeculatorTrainJobSpec.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"upgradePolicy.trainTemplate.{where}: {first['msg']}") from None
+    meta: dict[str, Any] = {"name": retrain_name(name, revision), "namespace": namespace,
+                            "labels": {"speculators.dev/retrains": name}}  # fmt: skip
+    if uid:
+        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "SpeculatorDeployment", "name": name,
+                                    "uid": uid, "controller": False, "blockOwnerDeletion": False}]  # fmt: skip
+    return {"apiVersion": API_VERSION, "kind": "SpeculatorTrainJob", "metadata": meta, "spec": body}
+
+
+def retrain_status(status: dict[str, Any], generation: int, job: str | None, revision: str,
+                   error: str | None) -> dict[str, Any]:  # fmt: skip
+    """VerifierCurrent=False while a retraining runs (or why it could not start); the pair keeps serving."""
+    old = status.get("verifierRevision")
+    if job is None:
+        message = f"the verifier moved from {old} to {revision}; no retraining: {error}; the current pair keeps serving"
+        return _with(status, generation, _cond(generation, "VerifierCurrent", False, "RetrainUnavailable", message))
+    message = (f"the verifier moved from {old} to {revision}; SpeculatorTrainJob {job} trains a draft for it; "
+               "the current pair keeps serving until the new draft passes its audit")  # fmt: skip
+    return _with(status, generation, _cond(generation, "VerifierCurrent", False, "Retraining", message),
+                 retrain={"job": job, "verifierRevision": revision})  # fmt: skip
 
 
 def apply_failed(status: dict[str, Any], generation: int, message: str) -> dict[str, Any]:
