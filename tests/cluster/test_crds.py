@@ -86,3 +86,70 @@ def test_sources_must_name_a_supported_scheme(cluster: Cluster, operator_crds: l
     out = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False, input=sdep("bad", bad))
     assert out.returncode != 0
     assert "spec.speculator.source: Invalid value" in out.stderr
+
+
+def stj(name: str, spec: dict[str, object]) -> str:
+    return json.dumps({"apiVersion": "speculators.dev/v1alpha1", "kind": "SpeculatorTrainJob",
+                       "metadata": {"name": name}, "spec": spec})  # fmt: skip
+
+
+TRAIN = {"verifier": {"model": "Qwen/Qwen3-8B"}, "algorithm": "dflash", "data": {"sources": ["hf:org/chats"]},
+         "output": {"uri": "s3://drafts/qwen3-8b-dflash"}}  # fmt: skip
+
+
+def test_train_jobs_are_defaulted_and_explained(cluster: Cluster, operator_crds: list[str], namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=stj("ok", TRAIN))
+    spec = json.loads(cluster.kubectl("get", "-n", namespace, "stj/ok", "-o", "json").stdout)["spec"]
+    assert spec["hiddenStates"]["mode"] == "offline"
+    assert spec["hiddenStates"]["backend"] == "file"
+    assert spec["workspace"]["accessMode"] == "ReadWriteMany"
+    assert spec["training"]["nodes"] == 1
+    assert spec["retries"] == 2
+    out = eventually(lambda: cluster.kubectl("explain", "stj.spec.hiddenStates.mode").stdout)
+    assert "--on-missing raise" in out
+
+
+TRAIN_BAD = {
+    "no data": ({**TRAIN, "data": {}}, "spec.data", "data needs sources or regenerate"),
+    "preset as source": ({**TRAIN, "data": {"sources": ["sharegpt"]}}, "spec.data.sources[0]", "should match"),
+    "block size": ({**TRAIN, "draft": {"blockSize": 1}}, "spec.draft.blockSize", "blockSize >= 2"),
+    "offline mooncake": ({**TRAIN, "hiddenStates": {"backend": "mooncake", "mooncakeMaster": "m:1"}},
+                         "spec.hiddenStates.backend", "generate-offline-data cannot use mooncake"),
+    "online on RWO": ({**TRAIN, "hiddenStates": {"mode": "online"}, "workspace": {"accessMode": "ReadWriteOnce"}},
+                      "spec.workspace.accessMode", "need a ReadWriteMany workspace"),
+    "nodes on RWO": ({**TRAIN, "training": {"nodes": 2}, "workspace": {"accessMode": "ReadWriteOnce"}},
+                     "spec.workspace.accessMode", "several nodes needs a ReadWriteMany workspace"),
+    "mtp vocab": ({**TRAIN, "algorithm": "mtp", "draft": {"draftVocabSize": 32000}}, "spec.draft",
+                  "draftVocabSize, numLayers and draftArch do not apply"),
+    "algorithm": ({**TRAIN, "algorithm": "medusa"}, "spec.algorithm", 'Unsupported value: "medusa"'),
+    "pvc verifier": ({**TRAIN, "verifier": {"model": "pvc://models/qwen"}}, "spec.verifier.model",
+                     "use a hub id or s3://"),
+    "repeated layers": ({**TRAIN, "draft": {"targetLayerIds": [2, 2, 9]}}, "spec.draft.targetLayerIds",
+                        "must be distinct"),
+    "server flag": ({**TRAIN, "hiddenStates": {"extraArgs": ["--kv-transfer-config={}"]}},
+                    "spec.hiddenStates.extraArgs", "may not set flags the operator renders"),
+    "output scheme": ({**TRAIN, "output": {"uri": "gs://bucket/x"}}, "spec.output.uri", "should match"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(TRAIN_BAD))
+def test_invalid_train_jobs_are_rejected_with_field_level_messages(
+    cluster: Cluster, operator_crds: list[str], namespace: str, case: str
+) -> None:
+    spec, field, message = TRAIN_BAD[case]
+    out = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False, input=stj("bad", spec))
+    assert out.returncode != 0
+    assert field in out.stderr, out.stderr
+    assert message in out.stderr, out.stderr
+
+
+def test_what_a_run_was_started_with_is_immutable(cluster: Cluster, operator_crds: list[str], namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=stj("run", TRAIN))
+    patch = json.dumps({"spec": {"training": {"epochs": 9}}})
+    out = cluster.kubectl("patch", "-n", namespace, "stj/run", "--type=merge", "-p", patch, check=False)
+    assert out.returncode != 0
+    assert "spec.training: Invalid value" in out.stderr
+    assert "immutable once the job exists" in out.stderr
+    # what only steers later stages may change
+    cluster.kubectl("patch", "-n", namespace, "stj/run", "--type=merge",
+                    "-p", json.dumps({"spec": {"retries": 5, "deployTo": "qwen"}}))  # fmt: skip

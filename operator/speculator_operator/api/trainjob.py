@@ -173,6 +173,15 @@ class Stages(Model):
     trainer: PodOptions = Field(default_factory=PodOptions, json_schema_extra={"default": {}})
 
 
+def _immutable(field: str) -> dict[str, Any]:
+    """A transition rule: like a Job's pod template, what a run was started with does not change under it."""
+    return {"x-kubernetes-validations": [{
+        "rule": "self == oldSelf",
+        "message": f"{field} is immutable once the job exists: delete and re-create the job to change it "
+        "(retries, stages and deployTo may change)",
+    }]}  # fmt: skip
+
+
 _RULES: list[Any] = [
     {
         "rule": "(has(self.data.sources) && size(self.data.sources) > 0) || has(self.data.regenerate)",
@@ -237,14 +246,20 @@ _RULES: list[Any] = [
 class SpeculatorTrainJobSpec(Model):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": list(_RULES)})
 
-    verifier: Verifier
-    algorithm: Algorithm = Field(description="The draft's algorithm (speculators --speculator-type).")
-    data: Data
-    draft: Draft = Field(default_factory=Draft, json_schema_extra={"default": {}})
-    hidden_states: HiddenStates = Field(default_factory=HiddenStates, json_schema_extra={"default": {}})
-    training: Training = Field(default_factory=Training, json_schema_extra={"default": {}})
-    workspace: Workspace = Field(default_factory=Workspace, json_schema_extra={"default": {}})
-    output: Output
+    verifier: Verifier = Field(json_schema_extra=_immutable("verifier"))
+    algorithm: Algorithm = Field(
+        description="The draft's algorithm (speculators --speculator-type).", json_schema_extra=_immutable("algorithm")
+    )
+    data: Data = Field(json_schema_extra=_immutable("data"))
+    draft: Draft = Field(default_factory=Draft, json_schema_extra={"default": {}, **_immutable("draft")})
+    hidden_states: HiddenStates = Field(
+        default_factory=HiddenStates, json_schema_extra={"default": {}, **_immutable("hiddenStates")}
+    )
+    training: Training = Field(default_factory=Training, json_schema_extra={"default": {}, **_immutable("training")})
+    workspace: Workspace = Field(
+        default_factory=Workspace, json_schema_extra={"default": {}, **_immutable("workspace")}
+    )
+    output: Output = Field(json_schema_extra=_immutable("output"))
     release: str | None = Field(default=None, max_length=64, description="Pinned release; default: the default one.")
     stages: Stages = Field(default_factory=Stages, json_schema_extra={"default": {}})
     retries: int = Field(
