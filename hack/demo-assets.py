@@ -1,6 +1,7 @@
 """Make the demo's models and put them in the local S3 server (bucket `models`): a small Qwen3 verifier's
-config.json, an EAGLE-3 draft for it shaped as speculators 0.9.0 writes one, and a copy of the draft
-with a broken fc layer. Uses the AWS_* variables that `hack/dev-cluster up` exports."""
+config.json, an EAGLE-3 draft for it shaped as speculators 0.9.0 writes one, a copy of the draft
+with a broken fc layer, and a few chat rows for the sample train job. Uses the AWS_* variables that
+`hack/dev-cluster up` exports."""
 
 import json
 import sys
@@ -25,6 +26,10 @@ def main() -> None:
         broken = dict(tensors)
         broken["fc.weight"] = ("BF16", [256, 512])
         write_checkpoint(root / "tiny-qwen3-eagle3-broken", config, broken, sparse=False)
+        (root / "data").mkdir()
+        rows = [{"conversations": [{"role": "user", "content": f"question {i}"},
+                                   {"role": "assistant", "content": f"answer {i}"}]} for i in range(8)]  # fmt: skip
+        (root / "data" / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (root / "tiny-qwen3").mkdir()
         (root / "tiny-qwen3" / "config.json").write_text(json.dumps(VERIFIER))
         for folder in root.iterdir():

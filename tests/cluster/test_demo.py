@@ -22,9 +22,12 @@ def test_demo_serves_the_samples_and_cleans_up(tmp_path: Path) -> None:
     up = subprocess.run([str(REPO / "hack" / "demo")], capture_output=True, text=True, env=env, timeout=600)
     try:
         assert up.returncode == 0, up.stdout + up.stderr[-3000:]
-        rows = {line.split()[0]: line.split() for line in up.stdout.splitlines() if line.startswith("tiny-qwen3")}
-        assert rows["tiny-qwen3"][1:4] == ["Ready", "s3://models/tiny-qwen3", "eagle3"]
-        assert rows["tiny-qwen3-broken"][1] == "Failed"
+        rows = {line.split()[0]: line.split() for line in up.stdout.splitlines() if "/tiny-qwen3" in line}
+        assert rows["speculatordeployment.speculators.dev/tiny-qwen3"][1:4] == ["Ready", "s3://models/tiny-qwen3",
+                                                                                "eagle3"]  # fmt: skip
+        assert rows["speculatordeployment.speculators.dev/tiny-qwen3-broken"][1] == "Failed"
+        job = rows["speculatortrainjob.speculators.dev/tiny-qwen3-eagle3"]
+        assert job[1:4] == ["Succeeded", "s3://models/tiny-qwen3", "eagle3"]
         assert "AuditFailed: 1 audit error(s); first: fc-shape" in up.stdout
         state = load_state(tmp_path / "demo")
         assert state is not None

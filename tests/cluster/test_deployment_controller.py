@@ -50,7 +50,8 @@ def test_audited_draft_is_served_and_ready(
     table = cluster.kubectl("get", "speculators", "-n", namespace).stdout.splitlines()
     assert table[0].split() == ["NAME", "PHASE", "VERIFIER", "ALGORITHM", "K", "VLLM", "READY", "ACCEPTANCE", "AGE"]
     row = table[1].split()
-    assert row[:3] == ["qwen", "Ready", store["verifier"]]
+    # the category holds two kinds, so kubectl names each row with its kind
+    assert row[:3] == ["speculatordeployment.speculators.dev/qwen", "Ready", store["verifier"]]
     assert row[3:7] == ["eagle3", "3", "0.32.0", "2"]
 
 
