@@ -28,6 +28,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 270
+    # handlers wait on the API server and S3, not on the CPU: more threads than the default cpus + 4
+    settings.execution.max_workers = int(os.environ.get("SPECULATOR_WORKERS", "32"))
     try:
         kube_config.load_incluster_config()
     except kube_config.ConfigException:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
 from typing import Any, cast
 
 import kopf
@@ -40,7 +39,6 @@ PLURAL = "speculatortrainjobs"
 DEPLOYMENTS = "speculatordeployments"
 LABEL = "speculators.dev/trainjob"
 log = logging.getLogger(__name__)
-_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 
 
 def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -156,21 +154,44 @@ def hand_off(namespace: str, name: str, spec: SpeculatorTrainJobSpec, target: st
     return "Patched", f"SpeculatorDeployment {target} now serves {uri}"
 
 
+_guard = threading.Lock()
+_running: dict[tuple[str, str], bool] = {}  # key -> another pass was asked for while one ran
+
+
 def reconcile_object(body: dict[str, Any]) -> Plan | None:
+    """One pass over the stored object. Passes asked for while one runs are coalesced into one more pass
+    after it (a burst of child events costs two passes, not one per event); those callers get None."""
     meta = body.get("metadata") or {}
-    name, namespace = meta["name"], meta["namespace"]
-    with _locks[(namespace, name)]:
-        # the stored object now: an event may carry an older status than the last write
-        try:
-            body = cast(dict[str, Any], client.CustomObjectsApi(api()).get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name))  # fmt: skip
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        if body["metadata"].get("deletionTimestamp"):
+    key = (meta["namespace"], meta["name"])
+    with _guard:
+        if key in _running:
+            _running[key] = True
             return None
-        return _reconcile(body, name, namespace, body["metadata"]["uid"])
+        _running[key] = False
+    try:
+        while True:
+            p = _pass(*key)
+            with _guard:
+                if not _running[key]:
+                    return p
+                _running[key] = False
+    finally:
+        with _guard:
+            _running.pop(key, None)
+
+
+def _pass(namespace: str, name: str) -> Plan | None:
+    # the stored object now: an event may carry an older status than the last write
+    try:
+        body = cast(dict[str, Any], client.CustomObjectsApi(api()).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name))  # fmt: skip
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    if body["metadata"].get("deletionTimestamp"):
+        return None
+    return _reconcile(body, name, namespace, body["metadata"]["uid"])
 
 
 def _reconcile(body: dict[str, Any], name: str, namespace: str, uid: str | None) -> Plan:
@@ -219,9 +240,17 @@ def reconcile(*, body: kopf.Body, **_: Any) -> None:
         raise kopf.TemporaryError("waiting for the verifier; see status.conditions", delay=RETRY_SECONDS)
 
 
-def _owner_event(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+def _owner_event(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
+    """A stage Job finished or a server became available (or one went away): the owner moves on.
+    Other child events (pods starting, counters) change nothing the stage machine decides on."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL)
-    if owner and namespace:
+    if not owner or not namespace:
+        return
+    status = body.get("status") or {}
+    terminal = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                   for c in status.get("conditions") or [])  # fmt: skip
+    available = (status.get("availableReplicas") or 0) >= 1
+    if type == "DELETED" or terminal or available:
         reconcile_object({"metadata": {"name": owner, "namespace": namespace}})
 
 
