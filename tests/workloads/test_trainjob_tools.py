@@ -166,29 +166,54 @@ def test_the_trainer_entrypoint_runs_the_real_pipeline_and_publishes_to_s3(
     assert not [k for k in keys if ".staging-" in k]
 
 
-def test_the_extraction_server_command_starts_the_real_vllm(
-    vllm_env: Path, dry_run_checkpoints: dict[str, Path], tmp_path: Path
-) -> None:
+def start_rendered_server(vllm_env: Path, verifier: Path, tmp_path: Path, role: str) -> tuple[RenderedServer, Path]:
+    """The `role` server's container command, run locally: the workspace is a short local folder holding
+    the tiny verifier (vLLM's served name is that path, and so is the trainer's verifier name)."""
     spec = {"algorithm": "eagle3", "data": {"sources": ["hf:org/chats"]},
             "hiddenStates": {"extraArgs": ["--enforce-eager", "--max-model-len", "512"]}}  # fmt: skip
-    dep, _ = server(rendered(spec), "extractor")
-    # a short workspace path: vLLM's served name is this path, and so is the trainer's verifier name
+    dep, _ = server(rendered(spec), role)
     workspace = Path(tempfile.mkdtemp(prefix="ws-", dir=tmp_path))
-    shutil.copytree(dry_run_checkpoints["verifier"], workspace / "verifier")
+    shutil.copytree(verifier, workspace / "verifier")
     (c,) = dep["spec"]["template"]["spec"]["containers"]
     command = [a.replace(WORKSPACE, str(workspace)) for a in c["command"]]
     args = [a.replace(WORKSPACE, str(workspace)) for a in c["args"]]
     args[args.index("--host") + 1] = "127.0.0.1"
     args[args.index("--port") + 1] = str(free_port())
-    log = tmp_path / "extract.log"
-    srv = RenderedServer(vllm_env, command, args, log)
+    srv = RenderedServer(vllm_env, command, args, tmp_path / f"{role}.log")
     try:
         srv.wait_healthy()
+    except BaseException:
+        srv.stop()
+        raise
+    return srv, workspace
+
+
+def test_the_extraction_server_command_starts_the_real_vllm(
+    vllm_env: Path, dry_run_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    srv, workspace = start_rendered_server(vllm_env, dry_run_checkpoints["verifier"], tmp_path, "extractor")
+    try:
         with urllib.request.urlopen(srv.url("/v1/models"), timeout=10) as resp:
             models = json.loads(resp.read())
         # the served model name is the path the trainer passes as --verifier-name-or-path
         assert [m["id"] for m in models["data"]] == [str(workspace / "verifier")]
-        text = log.read_text(errors="replace")
-        assert "extract_hidden_states" in text
+        assert "extract_hidden_states" in srv.log.read_text(errors="replace")
+    finally:
+        srv.stop()
+
+
+def test_the_render_server_serves_prepare_datas_endpoint(
+    vllm_env: Path, dry_run_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """Conversations are rendered by the plain verifier server: --enable-scale-out opens the endpoint."""
+    srv, workspace = start_rendered_server(vllm_env, dry_run_checkpoints["verifier"], tmp_path, "verifier")
+    try:
+        body = {"model": str(workspace / "verifier"), "messages": [{"role": "user", "content": "the draft"}]}
+        req = urllib.request.Request(srv.url("/v1/chat/completions/render"), data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 200
+            rendered_chat = json.loads(resp.read())
+        assert rendered_chat, rendered_chat
     finally:
         srv.stop()
