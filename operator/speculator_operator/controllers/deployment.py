@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import functools
-import hashlib
-import json
 import logging
 import os
 import time
@@ -15,12 +11,21 @@ from typing import Any, cast
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 from pydantic import ValidationError
 
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoint, load_verifier_config
+from speculator_operator.controllers import kube
+from speculator_operator.controllers.kube import (
+    RETRY_SECONDS,
+    CredentialsError,
+    api,
+    api_message,
+    apply_children,
+    current_child,
+    secret_data,
+)
 from speculator_operator.reconcile.deployment import (
     Observed,
     Plan,
@@ -37,79 +42,8 @@ from speculator_operator.render.serving import MANAGED_BY
 
 PLURAL = "speculatordeployments"
 TRAIN_JOBS = "speculatortrainjobs"
-FIELD_MANAGER = "speculator-operator"
-APPLIED = "speculators.dev/applied-hash"
-RETRY_SECONDS = 30
 POLL_TICK_SECONDS = float(os.environ.get("SPECULATOR_POLL_TICK_SECONDS", "10"))
 log = logging.getLogger(__name__)
-
-
-@functools.cache
-def api() -> client.ApiClient:
-    """One client (one connection pool) for the process, made after the startup handler loaded the config."""
-    return client.ApiClient()
-
-
-class CredentialsError(Exception):
-    pass
-
-
-def secret_data(namespace: str, name: str | None) -> dict[str, str] | None:
-    if not name:
-        return None
-    try:
-        secret = client.CoreV1Api(api()).read_namespaced_secret(name, namespace)
-    except ApiException as exc:
-        raise CredentialsError(f"Secret {namespace}/{name}: {exc.reason}") from None
-    return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
-
-
-def current_child(namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        dep = client.AppsV1Api(api()).read_namespaced_deployment(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    result: dict[str, Any] = api().sanitize_for_serialization(dep)
-    return result
-
-
-def _applied_hash(obj: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def apply_children(children: list[dict[str, Any]]) -> int:
-    """Server-side apply each child whose rendered form changed; returns how many were written."""
-    dyn = DynamicClient(api())
-    writes = 0
-    # the Deployment last: once its pods are ready the object reports Ready, so the rest must exist by then
-    for child in sorted(children, key=lambda c: c["kind"] == "Deployment"):
-        digest = _applied_hash(child)
-        body = json.loads(json.dumps(child))
-        body["metadata"].setdefault("annotations", {})[APPLIED] = digest
-        resource = dyn.resources.get(api_version=child["apiVersion"], kind=child["kind"])
-        meta = child["metadata"]
-        try:
-            existing = resource.get(name=meta["name"], namespace=meta["namespace"])
-            if (existing.metadata.annotations or {}).get(APPLIED) == digest:
-                continue
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        resource.server_side_apply(body=body, name=meta["name"], namespace=meta["namespace"],
-                                   field_manager=FIELD_MANAGER, force_conflicts=True)  # fmt: skip
-        writes += 1
-    return writes
-
-
-def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """Only what changed (None removes a key), so an unchanged world writes nothing."""
-    patch: dict[str, Any] = {k: v for k, v in new.items() if old.get(k) != v}
-    for k in old:
-        if k not in new and not k.startswith("_"):
-            patch[k] = None
-    return patch
 
 
 @dataclass(frozen=True)
@@ -183,11 +117,7 @@ def _observe_inputs(
 
 
 def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
-    delta = status_patch(old, new)
-    if delta:
-        client.CustomObjectsApi(api()).patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": delta}
-        )
+    kube.write_status(PLURAL, namespace, name, old, new)
 
 
 def _post(body: kopf.Body, p: Plan) -> None:
@@ -224,20 +154,13 @@ def _reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.S
         try:
             apply_children(p.children)
         except ApiException as exc:
-            message = f"applying the children failed: {exc.status} {exc.reason}: {_api_message(exc)}"
+            message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
             failed_apply = apply_failed(p.status, int(meta.get("generation") or 0), message)
             write_status(namespace, name, p.status, failed_apply)
             kopf.event(body, type="Warning", reason="ApplyFailed", message=message[:1024])
             raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from None
     _post(body, p)
     return p
-
-
-def _api_message(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "{}").get("message", ""))[:500]
-    except ValueError:
-        return str(exc.body)[:500]
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)

@@ -21,14 +21,14 @@ from pydantic import ValidationError
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint import CheckpointError, load_verifier_config
-from speculator_operator.controllers.deployment import (
+from speculator_operator.controllers import kube
+from speculator_operator.controllers.kube import (
     RETRY_SECONDS,
     CredentialsError,
-    _api_message,
     api,
+    api_message,
     apply_children,
     secret_data,
-    status_patch,
 )
 from speculator_operator.reconcile.trainjob import Observed, Plan, failed, handed_off, parse_report, plan
 from speculator_operator.releases import ReleaseError, get_release
@@ -42,11 +42,7 @@ log = logging.getLogger(__name__)
 
 
 def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
-    delta = status_patch(old, new)
-    if delta:
-        client.CustomObjectsApi(api()).patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": delta}
-        )
+    kube.write_status(PLURAL, namespace, name, old, new)
 
 
 def _terminated(pod: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -213,7 +209,7 @@ def _reconcile(body: dict[str, Any], name: str, namespace: str, uid: str | None)
         try:
             apply_children(p.apply)
         except ApiException as exc:
-            message = f"applying the children failed: {exc.status} {exc.reason}: {_api_message(exc)}"
+            message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
             kopf.event(
                 kopf.Body(cast(kopf.RawBody, body)), type="Warning", reason="ApplyFailed", message=message[:1024]
             )

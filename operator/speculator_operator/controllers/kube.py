@@ -1,0 +1,103 @@
+"""What both controllers do against the API server: one client, Secrets, server-side apply of rendered
+children (written only when their rendered form changed), and status patches of only what changed."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from speculator_operator.api.common import GROUP, VERSION
+
+FIELD_MANAGER = "speculator-operator"
+APPLIED = "speculators.dev/applied-hash"
+RETRY_SECONDS = 30
+
+
+@functools.cache
+def api() -> client.ApiClient:
+    """One client (one connection pool) for the process, made after the startup handler loaded the config."""
+    return client.ApiClient()
+
+
+class CredentialsError(Exception):
+    pass
+
+
+def secret_data(namespace: str, name: str | None) -> dict[str, str] | None:
+    if not name:
+        return None
+    try:
+        secret = client.CoreV1Api(api()).read_namespaced_secret(name, namespace)
+    except ApiException as exc:
+        raise CredentialsError(f"Secret {namespace}/{name}: {exc.reason}") from None
+    return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+def current_child(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        dep = client.AppsV1Api(api()).read_namespaced_deployment(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    result: dict[str, Any] = api().sanitize_for_serialization(dep)
+    return result
+
+
+def _applied_hash(obj: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def apply_children(children: list[dict[str, Any]]) -> int:
+    """Server-side apply each child whose rendered form changed; returns how many were written."""
+    dyn = DynamicClient(api())
+    writes = 0
+    # the Deployment last: once its pods are ready the object reports Ready, so the rest must exist by then
+    for child in sorted(children, key=lambda c: c["kind"] == "Deployment"):
+        digest = _applied_hash(child)
+        body = json.loads(json.dumps(child))
+        body["metadata"].setdefault("annotations", {})[APPLIED] = digest
+        resource = dyn.resources.get(api_version=child["apiVersion"], kind=child["kind"])
+        meta = child["metadata"]
+        try:
+            existing = resource.get(name=meta["name"], namespace=meta["namespace"])
+            if (existing.metadata.annotations or {}).get(APPLIED) == digest:
+                continue
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        resource.server_side_apply(body=body, name=meta["name"], namespace=meta["namespace"],
+                                   field_manager=FIELD_MANAGER, force_conflicts=True)  # fmt: skip
+        writes += 1
+    return writes
+
+
+def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Only what changed (None removes a key), so an unchanged world writes nothing."""
+    patch: dict[str, Any] = {k: v for k, v in new.items() if old.get(k) != v}
+    for k in old:
+        if k not in new and not k.startswith("_"):
+            patch[k] = None
+    return patch
+
+
+def write_status(plural: str, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+    delta = status_patch(old, new)
+    if delta:
+        client.CustomObjectsApi(api()).patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, plural, name, {"status": delta}
+        )
+
+
+def api_message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message", ""))[:500]
+    except ValueError:
+        return str(exc.body)[:500]
