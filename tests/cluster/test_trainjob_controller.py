@@ -172,6 +172,10 @@ def test_online_training_on_two_nodes(
     pods = client.CoreV1Api(cluster.api).list_namespaced_pod(namespace, label_selector="speculators.dev/stage=train")
     assert len(pods.items) == 2
     assert all(p.spec.node_name.startswith("kwok-gpu") for p in pods.items)
+    # the rank in the rendered args is expanded from the index the Job controller gives each pod
+    for pod in pods.items:
+        env = {e.name for e in pod.spec.containers[0].env or []}
+        assert "JOB_COMPLETION_INDEX" in env
     assert listed(cluster, namespace, "deployments", "speculators.dev/trainjob=online") == []
 
 
