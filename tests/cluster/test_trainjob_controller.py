@@ -209,6 +209,18 @@ def test_a_failing_stage_retries_then_fails_and_publishes_nothing(
     events = json.loads(out.stdout)["items"]
     assert any(e["reason"] == "StageFailed" and e["type"] == "Warning" for e in events)
 
+    # fix the cause (the stage's pod options may change), delete the failed Job: the run goes on from there
+    cluster.kubectl("patch", "-n", namespace, "stj/broken", "--type=merge",
+                    "-p", json.dumps({"spec": {"stages": {"trainer": {"labels": None}}}}))  # fmt: skip
+    cluster.kubectl("delete", "-n", namespace, "job/broken-train", "--wait=true")
+    st = wait_phase(cluster, namespace, "broken", "Succeeded")["status"]
+    assert [s["phase"] for s in st["stages"]] == ["Succeeded"] * 6
+    assert "completionTime" in st
+    out = cluster.kubectl(
+        "get", "-n", namespace, "events", "--field-selector", "involvedObject.name=broken", "-o", "json"
+    )
+    assert any(e["reason"] == "Resumed" for e in json.loads(out.stdout)["items"])
+
 
 def test_operator_refuses_unknown_train_flags_before_any_pod(
     cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str

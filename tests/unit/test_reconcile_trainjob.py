@@ -139,3 +139,17 @@ def test_job_states_and_reports() -> None:
     assert parse_report("Traceback (most recent call last): ...") is None
     assert parse_report(json.dumps({"samples": 3})) is None
     assert parse_report("[1, 2]") is None
+
+
+def test_a_failed_run_warns_once_and_goes_on_when_its_failed_job_is_deleted() -> None:
+    jobs = {s: job("done") for s in ORDER[:3]} | {"train": job("failed", failed=3)}
+    first = run(observed(jobs=jobs))
+    assert [e[0] for e in first.events] == ["Warning"]
+    again = run(observed(jobs=jobs, status=first.status))
+    assert again.events == []
+    assert again.status == first.status
+    resumed = run(observed(jobs={s: job("done") for s in ORDER[:3]}, status=first.status))
+    assert resumed.status["phase"] == "Training"
+    assert "completionTime" not in resumed.status
+    assert ("Job", "q-train") in kinds(resumed)
+    assert resumed.events == [("Normal", "Resumed", "stage train runs again")]

@@ -262,5 +262,6 @@ def resync(*, body: kopf.Body, status: kopf.Status, **_: Any) -> None:
     current = dict(status or {})
     spec = dict(body.get("spec") or {})
     if current.get("phase") in ("Succeeded", "Failed") and current.get("deployedTo") == spec.get("deployTo"):
+        # nothing is due: a failed run moves again on its failed Job's deletion (a child event)
         return
     reconcile_object(dict(body))

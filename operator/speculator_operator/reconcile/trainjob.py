@@ -97,7 +97,8 @@ def failed(obs: Observed, reason: str, message: str) -> Plan:
         _cond(gen, "Ready", False, reason, message), _cond(gen, "Failed", True, reason, message),
         phase="Failed", completionTime=obs.status.get("completionTime") or now(),
     )  # fmt: skip
-    return Plan([], _stop_servers(obs), status, [("Warning", reason, message)])
+    events = [] if obs.status.get("phase") == "Failed" else [("Warning", reason, message)]
+    return Plan([], _stop_servers(obs), status, events)
 
 
 def job_state(job: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
@@ -165,8 +166,9 @@ def plan(
 ) -> Plan:
     gen = obs.generation
     current_status = obs.status
-    if current_status.get("phase") in ("Succeeded", "Failed") and not obs.servers:
-        # a finished run stays finished; only the hand-off may still be due
+    if current_status.get("phase") == "Succeeded" and not obs.servers:
+        # a finished run stays finished; only the hand-off may still be due. A failed run is planned
+        # again: deleting the failed stage's Job (after fixing the cause) runs that stage again.
         return _finished(name, spec, obs)
     if obs.problem is not None:
         reason, message = obs.problem
@@ -215,7 +217,8 @@ def plan(
             _cond(gen, "Ready", False, "StageFailed", message), _cond(gen, "Failed", True, reason, message),
             phase="Failed", completionTime=current_status.get("completionTime") or now(), **fields,
         )  # fmt: skip
-        return Plan([], _stop_servers(obs), status, [("Warning", reason, message)])
+        events = [] if current_status.get("phase") == "Failed" else [("Warning", reason, message)]
+        return Plan([], _stop_servers(obs), status, events)
 
     apply: list[dict[str, Any]] = []
     claim = workspace_claim(inputs)
@@ -239,10 +242,12 @@ def plan(
     status = _with(
         current_status, gen, *conds,
         _cond(gen, "Ready", False, ready_reason, message), _cond(gen, "Failed", False, "Running", message),
-        phase=current.phase, **fields,
+        phase=current.phase, completionTime=None, **fields,
     )  # fmt: skip
     events = []
-    if current_status.get("stage") != current.name:
+    if current_status.get("phase") == "Failed":
+        events.append(("Normal", "Resumed", f"stage {current.name} runs again"))
+    elif current_status.get("stage") != current.name:
         events.append(("Normal", "StageStarted", f"stage {current.name}"))
     return Plan(apply, delete, status, events)
 
@@ -288,7 +293,7 @@ def _succeeded(
 def _finished(name: str, spec: SpeculatorTrainJobSpec, obs: Observed) -> Plan:
     status = obs.status
     handoff = None
-    if status.get("phase") == "Succeeded" and spec.deploy_to and status.get("deployedTo") != spec.deploy_to:
+    if spec.deploy_to and status.get("deployedTo") != spec.deploy_to:
         handoff = (spec.deploy_to, (status.get("checkpoint") or {}).get("uri") or spec.output.uri)
     return Plan([], [], status, [], handoff)
 
