@@ -128,6 +128,9 @@ TRAIN_BAD = {
                         "must be distinct"),
     "server flag": ({**TRAIN, "hiddenStates": {"extraArgs": ["--kv-transfer-config={}"]}},
                     "spec.hiddenStates.extraArgs", "may not set flags the operator renders"),
+    "regenerate with conversations": ({**TRAIN, "data": {"sources": ["hf:org/chats"],
+                                                         "regenerate": {"dataset": "ultrachat"}}},
+                                      "spec.data.sources", "cannot combine regenerated rows"),
     "output scheme": ({**TRAIN, "output": {"uri": "gs://bucket/x"}}, "spec.output.uri", "should match"),
 }  # fmt: skip
 

@@ -62,7 +62,8 @@ def test_offline_run_passes_every_stage_in_order(
     workspace("offline-workspace")
     manifest = stj(
         "offline", store, creds,
-        data={"sources": [store["data"]], "regenerate": {"dataset": "ultrachat", "limit": 4}, "maxSamples": 4},
+        data={"sources": [store["data"]], "format": "pretokenized", "regenerate": {"dataset": "ultrachat", "limit": 4},
+              "maxSamples": 4},
         draft={"draftVocabSize": 1024},
         stages={"cpu": simulated(), "trainer": simulated()},
     )  # fmt: skip

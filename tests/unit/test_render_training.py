@@ -187,6 +187,15 @@ def test_children_are_owned_named_and_mount_one_workspace() -> None:
     assert own[0]["kind"] != "PersistentVolumeClaim"
 
 
+def test_servers_must_take_whole_samples() -> None:
+    ok = inputs(data={"sources": ["hf:o/d"], "seqLength": 4096},
+                hiddenStates={"extraArgs": ["--max-model-len", "8192"]})  # fmt: skip
+    assert "--max-model-len" in server_args(ok, "verifier")
+    short = inputs(data={"sources": ["hf:o/d"], "seqLength": 8192}, hiddenStates={"extraArgs": ["--max-model-len=512"]})
+    with pytest.raises(RenderError, match=r"below data\.seqLength 8192"):
+        server_args(short, "extractor")
+
+
 def test_long_names_stay_valid_and_stable() -> None:
     name = "a" * 63
     assert len(job_name(name, "publish")) <= 52

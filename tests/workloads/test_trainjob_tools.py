@@ -34,7 +34,8 @@ pytestmark = pytest.mark.workloads
 BASE: dict[str, Any] = {"verifier": {"model": "s3://models/tiny"}, "output": {"uri": "s3://drafts/tiny"}}
 VARIANTS: list[dict[str, Any]] = [
     {"algorithm": "eagle3", "draft": {"draftVocabSize": 256, "tttSteps": 4},
-     "data": {"sources": ["s3://data/chat.jsonl"], "regenerate": {"dataset": "ultrachat", "limit": 8,
+     "data": {"sources": ["s3://data/rows.jsonl"], "format": "pretokenized",
+              "regenerate": {"dataset": "ultrachat", "limit": 8,
                                                                   "samplingParams": {"temperature": 0.7}}},
      "training": {"extraArgs": ["--save-best", "--checkpoint-freq", "1", "--loss-fn=ce"]}},
     {"algorithm": "peagle", "draft": {"numDepths": 6}, "data": {"sources": ["hf:org/chats"]},
@@ -166,17 +167,35 @@ def test_the_trainer_entrypoint_runs_the_real_pipeline_and_publishes_to_s3(
     assert not [k for k in keys if ".staging-" in k]
 
 
+SERVER_SPEC: dict[str, Any] = {  # conversations, rendered by the plain verifier server
+    "algorithm": "eagle3",
+    "data": {"sources": ["s3://data/chat.jsonl"], "seqLength": 256},
+    "hiddenStates": {"extraArgs": ["--enforce-eager", "--max-model-len", "512"]},
+}
+REGENERATE_SPEC: dict[str, Any] = {  # on-policy answers by the same server (no render endpoint needed)
+    **SERVER_SPEC,
+    "data": {
+        "regenerate": {"dataset": "s3://data/chat.jsonl", "limit": 2, "maxTokens": 8, "concurrency": 2},
+        "seqLength": 256,
+    },
+}
+
+
+def local(arg: str, workspace: Path, endpoint: str | None = None) -> str:
+    """A rendered argument with the workspace mount and the in-cluster server address made local."""
+    arg = arg.replace(WORKSPACE, str(workspace))
+    return arg.replace("http://tiny-verifier.ml.svc:8000", endpoint) if endpoint else arg
+
+
 def start_rendered_server(vllm_env: Path, verifier: Path, tmp_path: Path, role: str) -> tuple[RenderedServer, Path]:
     """The `role` server's container command, run locally: the workspace is a short local folder holding
     the tiny verifier (vLLM's served name is that path, and so is the trainer's verifier name)."""
-    spec = {"algorithm": "eagle3", "data": {"sources": ["hf:org/chats"]},
-            "hiddenStates": {"extraArgs": ["--enforce-eager", "--max-model-len", "512"]}}  # fmt: skip
-    dep, _ = server(rendered(spec), role)
+    dep, _ = server(rendered(SERVER_SPEC), role)
     workspace = Path(tempfile.mkdtemp(prefix="ws-", dir=tmp_path))
     shutil.copytree(verifier, workspace / "verifier")
     (c,) = dep["spec"]["template"]["spec"]["containers"]
-    command = [a.replace(WORKSPACE, str(workspace)) for a in c["command"]]
-    args = [a.replace(WORKSPACE, str(workspace)) for a in c["args"]]
+    command = [local(a, workspace) for a in c["command"]]
+    args = [local(a, workspace) for a in c["args"]]
     args[args.index("--host") + 1] = "127.0.0.1"
     args[args.index("--port") + 1] = str(free_port())
     srv = RenderedServer(vllm_env, command, args, tmp_path / f"{role}.log")
@@ -202,18 +221,39 @@ def test_the_extraction_server_command_starts_the_real_vllm(
         srv.stop()
 
 
-def test_the_render_server_serves_prepare_datas_endpoint(
-    vllm_env: Path, dry_run_checkpoints: dict[str, Path], tmp_path: Path
+def test_regenerate_and_prepare_run_against_the_rendered_verifier_server(
+    vllm_env: Path, workloads_env: Path, dry_run_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
-    """Conversations are rendered by the plain verifier server: --enable-scale-out opens the endpoint."""
+    """On-policy data for real: the rendered plain verifier server answers the rendered
+    regenerate-responses, and renders the conversations for the rendered prepare-data
+    (--enable-scale-out opens that endpoint)."""
     srv, workspace = start_rendered_server(vllm_env, dry_run_checkpoints["verifier"], tmp_path, "verifier")
     try:
-        body = {"model": str(workspace / "verifier"), "messages": [{"role": "user", "content": "the draft"}]}
-        req = urllib.request.Request(srv.url("/v1/chat/completions/render"), data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            assert resp.status == 200
-            rendered_chat = json.loads(resp.read())
-        assert rendered_chat, rendered_chat
+        rows = [{"conversations": [{"role": "user", "content": f"what does the draft do {i}"},
+                                   {"role": "assistant", "content": "it predicts the next word"}]}
+                for i in range(4)]  # fmt: skip
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        for folder in ("sources/0", "sources/regenerate"):  # where the fetch stage puts them
+            (workspace / folder).mkdir(parents=True)
+            (workspace / folder / "chat.jsonl").write_text(text)
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "PATH": f"{Path(sys.executable).parent}:{workloads_env / 'bin'}:{os.environ['PATH']}"}  # fmt: skip
+        reports = {}
+        for label, spec, stage in [("conversations", SERVER_SPEC, "prepare"), ("regenerated", REGENERATE_SPEC,
+                                   "regenerate"), ("regenerated", REGENERATE_SPEC, "prepare")]:  # fmt: skip
+            job = next(s for s in stages(rendered(spec)) if s.name == stage).children[0]
+            (c,) = job["spec"]["template"]["spec"]["containers"]
+            argv = [local(a, workspace, srv.url("")) for a in [*c["command"], *c["args"]]]
+            report = tmp_path / f"{label}-{stage}.report"
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                                    env={**env, "SPECULATOR_REPORT_PATH": str(report)})  # fmt: skip
+            assert result.returncode == 0, f"{stage}: {' '.join(argv)}\n{result.stderr[-4000:]}"
+            reports[label, stage] = json.loads(report.read_text())
+        assert reports["conversations", "prepare"]["samples"] == 4  # one row per assistant turn
+        assert reports["regenerated", "regenerate"]["samples"] == 2  # --limit 2, answered by the verifier itself
+        regenerated = [json.loads(line) for line in (workspace / "regenerated" / "data.jsonl").open()]
+        assert all(1 in r["loss_mask"] and 0 in r["loss_mask"] for r in regenerated)
+        assert reports["regenerated", "prepare"]["samples"] == 2
+        assert reports["regenerated", "prepare"]["fingerprint"] != reports["conversations", "prepare"]["fingerprint"]
     finally:
         srv.stop()

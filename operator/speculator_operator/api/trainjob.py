@@ -189,6 +189,14 @@ _RULES: list[Any] = [
         "fieldPath": ".data",
     },
     {
+        "rule": "!has(self.data.regenerate) || !has(self.data.sources) || size(self.data.sources) == 0 || "
+        "self.data.format == 'pretokenized'",
+        "message": "data.regenerate with conversation sources: speculators 0.9.0's prepare-data cannot combine "
+        "regenerated rows with rendered conversations in one dataset; regenerate those sources too "
+        "(data.regenerate.dataset) or give pretokenized sources",
+        "fieldPath": ".data.sources",
+    },
+    {
         "rule": "self.hiddenStates.mode == 'online' || self.hiddenStates.backend != 'mooncake'",
         "message": "offline hidden states need a file-like backend (file or fp8): generate-offline-data cannot "
         "use mooncake",

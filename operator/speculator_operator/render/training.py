@@ -557,10 +557,29 @@ def kv_transfer_config(inputs: Inputs) -> dict[str, Any]:
     return config
 
 
+def _max_model_len(args: list[str]) -> int | None:
+    for i, arg in enumerate(args):
+        value = args[i + 1] if arg == "--max-model-len" and i + 1 < len(args) else None
+        if arg.startswith("--max-model-len="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                raise RenderError(f"hiddenStates.extraArgs: --max-model-len {value!r} is not a number") from None
+    return None
+
+
 def server_args(inputs: Inputs, role: str) -> list[str]:
     """`serve MODEL FLAGS...` for the plain verifier (regenerate, render) or the extraction server."""
     vllm = inputs.release.vllm_version
     hs = inputs.spec.hidden_states
+    limit = _max_model_len(hs.extra_args)
+    if limit is not None and limit < inputs.spec.data.seq_length:
+        # seen with the real tools: prepare-data asks the render endpoint to truncate at seqLength and vLLM
+        # refuses every row (400), and the extraction server would refuse the longer samples
+        raise RenderError(f"hiddenStates.extraArgs sets --max-model-len {limit}, below data.seqLength "
+                          f"{inputs.spec.data.seq_length}: the servers must take whole samples")  # fmt: skip
     args = [
         "serve", VERIFIER,
         "--served-model-name", VERIFIER,  # = the trainer's --verifier-name-or-path and the clients' --model
