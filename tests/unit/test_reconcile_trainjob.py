@@ -125,6 +125,16 @@ def test_mtp_needs_a_verifier_with_mtp_layers() -> None:
     assert p.apply == []
 
 
+def test_samples_longer_than_the_verifier_takes_are_refused() -> None:
+    obs = observed()
+    obs.verifier_max_positions = 4096  # SPEC keeps the default seqLength 8192
+    p = run(obs)
+    assert p.status["phase"] == "Failed"
+    assert "exceeds the verifier's max_position_embeddings 4096" in p.status["conditions"][0]["message"]
+    obs.verifier_max_positions = 40960
+    assert run(obs).status["phase"] == "Preparing"
+
+
 def test_unreadable_verifier_waits() -> None:
     p = run(Observed(generation=1, status={}, problem=("VerifierUnreadable", "s3://x: 403")))
     assert p.status["phase"] == "Pending"

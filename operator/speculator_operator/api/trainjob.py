@@ -308,6 +308,7 @@ class Provenance(Model):
     verifier_revision: str | None = None
     verifier_layers: int | None = Field(default=None, description="The verifier's num_hidden_layers.")
     verifier_model_type: str | None = None
+    verifier_max_positions: int | None = None
     data_fingerprint: str | None = Field(default=None, description="prepare-data's dataset fingerprint.")
     commands: dict[str, str] | None = Field(default=None, description="Each stage's exact command line.")
 

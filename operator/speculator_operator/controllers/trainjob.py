@@ -97,6 +97,7 @@ def observe(
         obs.verifier_layers = int(provenance["verifierLayers"])
         obs.verifier_revision = provenance["verifierRevision"]
         obs.verifier_model_type = provenance.get("verifierModelType")
+        obs.verifier_max_positions = provenance.get("verifierMaxPositions")
     else:
         location = spec.verifier.config_location
         try:
@@ -112,6 +113,10 @@ def observe(
         nested = config.get("text_config")
         text: dict[str, Any] = nested if isinstance(nested, dict) else config
         obs.verifier_model_type = str(text.get("model_type") or config.get("model_type") or "") or None
+        positions = text.get("max_position_embeddings")
+        scaled = text.get("rope_scaling") or (text.get("rope_parameters") or {}).get("factor")
+        if isinstance(positions, int) and not isinstance(positions, bool) and not scaled:
+            obs.verifier_max_positions = positions
     observe_children(namespace, name, obs)
     return obs
 

@@ -50,6 +50,7 @@ class Observed:
     verifier_layers: int | None = None
     verifier_revision: str | None = None
     verifier_model_type: str | None = None
+    verifier_max_positions: int | None = None  # max_position_embeddings, when no rope scaling stretches it
     problem: tuple[str, str] | None = None  # (reason, message) when the verifier could not be read
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> Job
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> report of its succeeded pod
@@ -155,6 +156,7 @@ def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[
         "verifierRevision": inputs.verifier_revision,
         "verifierLayers": inputs.verifier_layers,
         "verifierModelType": obs.verifier_model_type,
+        "verifierMaxPositions": obs.verifier_max_positions,
         "dataFingerprint": obs.reports.get("prepare", {}).get("fingerprint"),
         "commands": {s.name: " ".join(s.command) for s in all_stages},
     }
@@ -178,6 +180,10 @@ def plan(
     if spec.algorithm == "mtp" and obs.verifier_model_type not in MTP_VERIFIER_TYPES:
         return failed(obs, "InvalidSpec", f"mtp finetunes native MTP layers; the verifier's model_type is "
                       f"{obs.verifier_model_type!r}, not one of {', '.join(MTP_VERIFIER_TYPES)}")  # fmt: skip
+    if obs.verifier_max_positions is not None and spec.data.seq_length > obs.verifier_max_positions:
+        message = (f"data.seqLength {spec.data.seq_length} exceeds the verifier's max_position_embeddings "
+                   f"{obs.verifier_max_positions}: vLLM would refuse the longer samples")  # fmt: skip
+        return failed(obs, "InvalidSpec", message)
     inputs = Inputs(name, namespace, spec, release, obs.verifier_revision, obs.verifier_layers, uid)
     try:
         all_stages = stages(inputs)
