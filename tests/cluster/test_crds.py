@@ -64,17 +64,6 @@ BAD = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("case", sorted(BAD))
-def test_invalid_specs_are_rejected_with_field_level_messages(
-    cluster: Cluster, operator_crds: list[str], namespace: str, case: str
-) -> None:
-    spec, field, message = BAD[case]
-    out = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False, input=sdep("bad", spec))
-    assert out.returncode != 0
-    assert field in out.stderr, out.stderr
-    assert message in out.stderr, out.stderr
-
-
 def test_the_name_vllm_is_refused(cluster: Cluster, operator_crds: list[str], namespace: str) -> None:
     out = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False, input=sdep("vllm", GOOD))
     assert out.returncode != 0
@@ -133,14 +122,16 @@ TRAIN_BAD = {
                                       "spec.data.sources", "cannot combine regenerated rows"),
     "output scheme": ({**TRAIN, "output": {"uri": "gs://bucket/x"}}, "spec.output.uri", "should match"),
 }  # fmt: skip
+BAD.update({f"train: {case}": bad for case, bad in TRAIN_BAD.items()})
 
 
-@pytest.mark.parametrize("case", sorted(TRAIN_BAD))
-def test_invalid_train_jobs_are_rejected_with_field_level_messages(
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_invalid_specs_are_rejected_with_field_level_messages(
     cluster: Cluster, operator_crds: list[str], namespace: str, case: str
 ) -> None:
-    spec, field, message = TRAIN_BAD[case]
-    out = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False, input=stj("bad", spec))
+    spec, field, message = BAD[case]
+    manifest = stj("bad", spec) if case.startswith("train: ") else sdep("bad", spec)
+    out = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False, input=manifest)
     assert out.returncode != 0
     assert field in out.stderr, out.stderr
     assert message in out.stderr, out.stderr

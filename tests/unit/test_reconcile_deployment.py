@@ -9,14 +9,19 @@ import pytest
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.checkpoint import audit
+from speculator_operator.reconcile import Problem
 from speculator_operator.reconcile.deployment import (
     Observed,
+    adopt_retrain,
     apply_failed,
+    holds_for_retrain,
     plan,
+    retrain_due,
     retrain_job,
     retrain_name,
     retrain_status,
     serving_status,
+    train_job_output,
     verifier_change,
 )
 from speculator_operator.releases import get_release
@@ -156,3 +161,43 @@ def test_apply_failure_is_reported() -> None:
     status = apply_failed({"readyReplicas": 2, "conditions": []}, 4, "403 Forbidden: exceeded quota")
     assert status["phase"] == "Degraded"
     assert conds(status)["Serving"] == ("False", "ApplyFailed")
+
+
+def test_a_train_job_is_served_once_it_has_published_for_this_verifier() -> None:
+    def stj(phase: str | None, model: str = "Qwen/Qwen3-8B", uri: str | None = "s3://d/x") -> dict[str, Any]:
+        status: dict[str, Any] = {"phase": phase, "stage": "train", "checkpoint": {"uri": uri} if uri else None}
+        return {"spec": {"verifier": {"model": model}, "output": {"credentials": {"name": "s3"}}}, "status": status}
+
+    assert train_job_output(stj("Succeeded"), "j", "Qwen/Qwen3-8B") == ("s3://d/x", "s3")
+    missing = train_job_output(None, "j", "Qwen/Qwen3-8B")
+    assert isinstance(missing, Problem)
+    assert missing.reason == "TrainJobPending"
+    running = train_job_output(stj("Training", uri=None), "j", "Qwen/Qwen3-8B")
+    assert isinstance(running, Problem)
+    assert "is Training (stage train)" in running.message
+    failed = Problem("TrainJobFailed", "SpeculatorTrainJob 'j' failed at stage train")
+    assert train_job_output(stj("Failed"), "j", "Qwen/Qwen3-8B") == failed
+    other = train_job_output(stj("Succeeded", model="meta/Llama"), "j", "Qwen/Qwen3-8B")
+    assert isinstance(other, Problem)
+    assert other.reason == "TrainJobMismatch"
+
+
+def test_a_retraining_pins_the_pair_until_its_result_is_rolled_out() -> None:
+    template = {"algorithm": "eagle3", "data": {"sources": ["hf:o/d"]}, "output": {"uri": "s3://d/n"}}
+    redeploy = SPEC.model_copy(update={"upgrade_policy": SPEC.upgrade_policy.model_copy(
+        update={"train_template": template})})  # fmt: skip
+    in_flight = {"retrain": {"job": "q-retrain-new", "verifierRevision": "new"}, "observedGeneration": 3}
+    assert holds_for_retrain(in_flight, 3)
+    assert not holds_for_retrain(in_flight, 4)  # something was asked since
+    assert not holds_for_retrain({"observedGeneration": 3}, 3)
+    assert retrain_due(SPEC, "retrain", {}, "new")
+    assert not retrain_due(SPEC, "retrain", in_flight, "new")  # once per revision
+    assert retrain_due(redeploy, "redeploy", {"phase": "Degraded"}, "new")
+    assert not retrain_due(SPEC, "redeploy", {"phase": "Degraded"}, "new")  # no template
+    assert not retrain_due(redeploy, "redeploy", {"phase": "Ready"}, "new")  # the draft passed
+    rolled = adopt_retrain(
+        in_flight, {"phase": "Deploying", "verifierRevision": "new", "retrain": in_flight["retrain"]}
+    )
+    assert "retrain" not in rolled
+    kept = {"phase": "Ready", "verifierRevision": "old", "retrain": in_flight["retrain"]}
+    assert adopt_retrain(in_flight, kept) == kept

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from speculator_operator.api.common import SecretRef
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.reconcile.trainjob import Observed, job_state, parse_report, plan
+from speculator_operator.reconcile.trainjob import Observed, handoff_patch, job_state, parse_report, plan, wakes_owner
 from speculator_operator.releases import get_release
 
 SPEC = SpeculatorTrainJobSpec.model_validate({
@@ -163,3 +164,24 @@ def test_a_failed_run_warns_once_and_goes_on_when_its_failed_job_is_deleted() ->
     assert "completionTime" not in resumed.status
     assert ("Job", "q-train") in kinds(resumed)
     assert resumed.events == [("Normal", "Resumed", "stage train runs again")]
+
+
+def test_only_finished_jobs_available_servers_and_deletions_wake_the_owner() -> None:
+    assert wakes_owner("MODIFIED", job("done"))
+    assert wakes_owner("MODIFIED", job("failed"))
+    assert not wakes_owner("MODIFIED", job("running"))
+    assert wakes_owner("DELETED", job("running"))
+    assert wakes_owner("MODIFIED", {"status": {"availableReplicas": 1}})
+    assert not wakes_owner("ADDED", {"status": {"replicas": 1}})
+
+
+def test_the_hand_off_patches_a_deployment_or_leaves_a_follower_alone() -> None:
+    assert handoff_patch(None, "j", "qwen", "s3://d/x", None)[0] == "TargetMissing"
+    follower = {"spec": {"speculator": {"fromTrainJob": "j"}}}
+    assert handoff_patch(follower, "j", "qwen", "s3://d/x", None) == (
+        "Following", "SpeculatorDeployment qwen serves this job's output (speculator.fromTrainJob)", None)  # fmt: skip
+    reason, _, patch = handoff_patch({"spec": {"speculator": {"source": "s3://d/old"}}}, "j", "qwen", "s3://d/x",
+                                     SecretRef(name="s3"))  # fmt: skip
+    assert reason == "Patched"
+    assert patch == {"spec": {"speculator": {"source": "s3://d/x", "fromTrainJob": None,
+                                             "credentials": {"name": "s3"}}}}  # fmt: skip

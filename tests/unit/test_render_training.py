@@ -18,6 +18,7 @@ from speculator_operator.render.training import (
     server,
     server_args,
     stages,
+    verifier_facts,
     verifier_layers,
 )
 
@@ -207,6 +208,15 @@ def test_publish_to_a_claim_mounts_it() -> None:
     pod = job["spec"]["template"]["spec"]
     assert {"name": "output", "persistentVolumeClaim": {"claimName": "drafts"}} in pod["volumes"]
     assert pod["containers"][0]["args"][2:4] == ["/workspace/checkpoints", "/output/qwen/v1"]
+
+
+def test_verifier_facts_come_from_the_config() -> None:
+    assert verifier_facts({"model_type": "qwen3", "num_hidden_layers": 36, "max_position_embeddings": 40960}) == (
+        36, "qwen3", 40960)  # fmt: skip
+    stretched = {"num_hidden_layers": 8, "max_position_embeddings": 4096, "rope_scaling": {"factor": 4.0}}
+    assert verifier_facts(stretched) == (8, None, None)
+    nested = {"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_text", "num_hidden_layers": 4}}
+    assert verifier_facts(nested) == (4, "qwen3_5_text", None)
 
 
 def test_verifier_layers_come_from_the_config() -> None:

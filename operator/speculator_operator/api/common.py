@@ -67,3 +67,21 @@ def set_condition(conditions: list[dict[str, Any]], new: Condition) -> list[dict
 
 def condition(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
     return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def make_condition(generation: int, type_: str, ok: bool | None, reason: str, message: str = "") -> Condition:
+    """A condition for `generation`: ok True/False, or None for Unknown; messages are kept to 1500 chars."""
+    status: Literal["True", "False", "Unknown"] = "Unknown" if ok is None else ("True" if ok else "False")
+    return Condition(type=type_, status=status, reason=reason, message=message[:1500], observed_generation=generation)
+
+
+def merge_status(status: dict[str, Any], generation: int, *conds: Condition, **fields: Any) -> dict[str, Any]:
+    """`status` with the conditions merged in, observedGeneration set and `fields` set (None removes a key)."""
+    out = dict(status)
+    conditions = list(out.get("conditions") or [])
+    for c in conds:
+        conditions = set_condition(conditions, c)
+    out["conditions"] = conditions
+    out["observedGeneration"] = generation
+    out.update(fields)
+    return {k: v for k, v in out.items() if v is not None}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, cast
 
 import kopf
@@ -26,18 +25,23 @@ from speculator_operator.controllers.kube import (
     current_child,
     secret_data,
 )
+from speculator_operator.reconcile import Problem, parse_spec
 from speculator_operator.reconcile.deployment import (
     Observed,
     Plan,
+    adopt_retrain,
     apply_failed,
     failed,
+    holds_for_retrain,
     plan,
     refresh_serving,
+    retrain_due,
     retrain_job,
     retrain_status,
+    train_job_output,
     verifier_change,
 )
-from speculator_operator.releases import ReleaseError, get_release
+from speculator_operator.releases import get_release
 from speculator_operator.render.serving import MANAGED_BY
 
 PLURAL = "speculatordeployments"
@@ -46,34 +50,14 @@ POLL_TICK_SECONDS = float(os.environ.get("SPECULATOR_POLL_TICK_SECONDS", "10"))
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Problem:
-    reason: str
-    message: str
-
-
-def train_job_output(namespace: str, job: str, verifier_model: str) -> tuple[str, str | None] | Problem:
-    """(checkpoint uri, credentials Secret) of a SpeculatorTrainJob that has succeeded, or why not yet."""
+def read_train_job(namespace: str, job: str) -> dict[str, Any] | None:
     try:
-        stj = cast(dict[str, Any], client.CustomObjectsApi(api()).get_namespaced_custom_object(
+        return cast(dict[str, Any], client.CustomObjectsApi(api()).get_namespaced_custom_object(
             GROUP, VERSION, namespace, TRAIN_JOBS, job))  # fmt: skip
     except ApiException as exc:
         if exc.status == 404:
-            return Problem("TrainJobPending", f"SpeculatorTrainJob {job!r} does not exist (yet)")
+            return None
         raise
-    spec, status = stj.get("spec") or {}, stj.get("status") or {}
-    trained_for = (spec.get("verifier") or {}).get("model")
-    if trained_for != verifier_model:
-        return Problem("TrainJobMismatch", f"SpeculatorTrainJob {job!r} trains for verifier {trained_for!r}, "
-                       f"this deployment serves {verifier_model!r}")  # fmt: skip
-    phase = status.get("phase") or "Pending"
-    if phase == "Failed":
-        return Problem("TrainJobFailed", f"SpeculatorTrainJob {job!r} failed at stage {status.get('stage')}")
-    uri = (status.get("checkpoint") or {}).get("uri")
-    if phase != "Succeeded" or not uri:
-        stage = f" (stage {status['stage']})" if status.get("stage") else ""
-        return Problem("TrainJobPending", f"SpeculatorTrainJob {job!r} is {phase}{stage}")
-    return uri, ((spec.get("output") or {}).get("credentials") or {}).get("name")
 
 
 def _observe_inputs(
@@ -83,7 +67,8 @@ def _observe_inputs(
     source = spec.speculator.source or ""
     draft_secret = spec.speculator.credentials.name if spec.speculator.credentials else None
     if spec.speculator.from_train_job:
-        found = train_job_output(namespace, spec.speculator.from_train_job, spec.verifier.model)
+        job = spec.speculator.from_train_job
+        found = train_job_output(read_train_job(namespace, job), job, spec.verifier.model)
         if isinstance(found, Problem):
             obs.problem = (found.reason, found.message)
             return obs
@@ -129,24 +114,13 @@ def _reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.S
                uid: str) -> Plan:  # fmt: skip
     current = dict(status or {})
     generation = int(meta.get("generation") or 0)
-    obs_base = Observed(generation=generation, status=current)
-    try:
-        parsed = SpeculatorDeploymentSpec.model_validate(dict(spec))
-        release = get_release(parsed.release)
-    except ValidationError as exc:
-        p = failed(obs_base, "InvalidSpec", str(exc.errors()[0]["msg"]))
-    except ReleaseError as exc:
-        p = failed(obs_base, "ReleaseUnsupported", str(exc))
+    parsed = parse_spec(SpeculatorDeploymentSpec, spec)
+    if isinstance(parsed, Problem):
+        p = failed(Observed(generation=generation, status=current), parsed.reason, parsed.message)
     else:
-        obs = _observe_inputs(name, namespace, parsed, generation, current)
-        p = plan(name, namespace, uid, parsed, release, obs)
-    retrain = current.get("retrain") or {}
-    if (
-        retrain
-        and p.status.get("phase") in ("Deploying", "Ready")
-        and (p.status.get("verifierRevision") == retrain.get("verifierRevision"))
-    ):
-        p.status.pop("retrain", None)  # the retrained pair is the one being served now
+        obs = _observe_inputs(name, namespace, parsed[0], generation, current)
+        p = plan(name, namespace, uid, parsed[0], parsed[1], obs)
+    p.status = adopt_retrain(current, p.status)
     # status first: the child's events may arrive before this handler returns, and they are
     # interpreted against the revision recorded here
     write_status(namespace, name, current, p.status)
@@ -172,8 +146,7 @@ def reconcile(
 ) -> None:  # fmt: skip
     assert namespace is not None  # the CRD is namespaced
     current = dict(status or {})
-    if current.get("retrain") and current.get("observedGeneration") == meta.get("generation"):
-        # a retraining is in flight and nothing was asked since: keep the pair pinned to its old verifier
+    if holds_for_retrain(current, int(meta.get("generation") or 0)):
         return
     p = _reconcile(body, spec, meta, status, name, namespace, uid)
     if p.status.get("phase") == "Pending":
@@ -224,10 +197,10 @@ def poll_verifier(
     action, new_status = verifier_change(parsed, current, resolved, generation)
     if action == "redeploy":
         p = _reconcile(body, spec, meta, status, name, namespace, uid)
-        if p.status.get("phase") == "Degraded" and parsed.upgrade_policy.train_template and resolved:
+        if resolved and retrain_due(parsed, action, p.status, resolved):
             start_retrain(body, parsed, p.status, name, namespace, uid, resolved, generation)
     elif action == "retrain" and resolved:
-        if (current.get("retrain") or {}).get("verifierRevision") != resolved:
+        if retrain_due(parsed, action, current, resolved):
             start_retrain(body, parsed, current, name, namespace, uid, resolved, generation)
     elif new_status is not None:
         write_status(namespace, name, current, new_status)

@@ -16,7 +16,6 @@ from typing import Any, cast
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
@@ -30,10 +29,19 @@ from speculator_operator.controllers.kube import (
     apply_children,
     secret_data,
 )
-from speculator_operator.reconcile.trainjob import Observed, Plan, failed, handed_off, parse_report, plan
-from speculator_operator.releases import ReleaseError, get_release
+from speculator_operator.reconcile import Problem, parse_spec
+from speculator_operator.reconcile.trainjob import (
+    Observed,
+    Plan,
+    failed,
+    handed_off,
+    handoff_patch,
+    parse_report,
+    plan,
+    wakes_owner,
+)
 from speculator_operator.render.serving import MANAGED_BY, RenderError
-from speculator_operator.render.training import SERVER_ROLES, verifier_layers
+from speculator_operator.render.training import SERVER_ROLES, verifier_facts
 
 PLURAL = "speculatortrainjobs"
 DEPLOYMENTS = "speculatordeployments"
@@ -105,18 +113,12 @@ def observe(
             if location is None:
                 raise CheckpointError("a pvc:// verifier cannot be read by the operator")
             config, revision = load_verifier_config(location, creds)
-            obs.verifier_layers = verifier_layers(config)
+            facts = verifier_facts(config)
         except (CredentialsError, CheckpointError, RenderError) as exc:
             obs.problem = ("VerifierUnreadable", str(exc))
             return obs
         obs.verifier_revision = revision or spec.verifier.revision
-        nested = config.get("text_config")
-        text: dict[str, Any] = nested if isinstance(nested, dict) else config
-        obs.verifier_model_type = str(text.get("model_type") or config.get("model_type") or "") or None
-        positions = text.get("max_position_embeddings")
-        scaled = text.get("rope_scaling") or (text.get("rope_parameters") or {}).get("factor")
-        if isinstance(positions, int) and not isinstance(positions, bool) and not scaled:
-            obs.verifier_max_positions = positions
+        obs.verifier_layers, obs.verifier_model_type, obs.verifier_max_positions = facts
     observe_children(namespace, name, obs)
     return obs
 
@@ -142,17 +144,13 @@ def hand_off(namespace: str, name: str, spec: SpeculatorTrainJobSpec, target: st
         sdep = cast(dict[str, Any], objects.get_namespaced_custom_object(GROUP, VERSION, namespace, DEPLOYMENTS,
                                                                           target))  # fmt: skip
     except ApiException as exc:
-        if exc.status == 404:
-            return "TargetMissing", f"SpeculatorDeployment {target!r} does not exist (yet)"
-        raise
-    speculator = (sdep.get("spec") or {}).get("speculator") or {}
-    if speculator.get("fromTrainJob") == name:
-        return "Following", f"SpeculatorDeployment {target} serves this job's output (speculator.fromTrainJob)"
-    creds = spec.output.credentials.name if spec.output.credentials else None
-    patch = {"spec": {"speculator": {"source": uri, "fromTrainJob": None,
-                                     "credentials": {"name": creds} if creds else None}}}  # fmt: skip
-    objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, DEPLOYMENTS, target, patch)
-    return "Patched", f"SpeculatorDeployment {target} now serves {uri}"
+        if exc.status != 404:
+            raise
+        sdep = None
+    reason, message, patch = handoff_patch(sdep, name, target, uri, spec.output.credentials)
+    if patch is not None:
+        objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, DEPLOYMENTS, target, patch)
+    return reason, message
 
 
 _guard = threading.Lock()
@@ -198,15 +196,11 @@ def _pass(namespace: str, name: str) -> Plan | None:
 def _reconcile(body: dict[str, Any], name: str, namespace: str, uid: str | None) -> Plan:
     current = dict(body.get("status") or {})
     generation = int(body["metadata"].get("generation") or 0)
-    base = Observed(generation=generation, status=current)
-    try:
-        spec = SpeculatorTrainJobSpec.model_validate(body.get("spec") or {})
-        release = get_release(spec.release)
-    except ValidationError as exc:
-        p = failed(base, "InvalidSpec", str(exc.errors()[0]["msg"]))
-    except ReleaseError as exc:
-        p = failed(base, "ReleaseUnsupported", str(exc))
+    parsed = parse_spec(SpeculatorTrainJobSpec, body.get("spec") or {})
+    if isinstance(parsed, Problem):
+        p = failed(Observed(generation=generation, status=current), parsed.reason, parsed.message)
     else:
+        spec, release = parsed
         obs = observe(name, namespace, spec, generation, current)
         p = plan(name, namespace, uid, spec, release, obs)
     write_status(namespace, name, current, p.status)
@@ -247,11 +241,7 @@ def _owner_event(body: kopf.Body, namespace: str | None, type: str | None, **_: 
     owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL)
     if not owner or not namespace:
         return
-    status = body.get("status") or {}
-    terminal = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-                   for c in status.get("conditions") or [])  # fmt: skip
-    available = (status.get("availableReplicas") or 0) >= 1
-    if type == "DELETED" or terminal or available:
+    if wakes_owner(type, dict(body)):
         reconcile_object({"metadata": {"name": owner, "namespace": namespace}})
 
 

@@ -1,1 +1,32 @@
 """Pure planners: observed world -> desired children + status, one module per kind."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from speculator_operator.releases import Release, ReleaseError, get_release
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why something cannot go on: a condition reason and its message."""
+
+    reason: str
+    message: str
+
+
+def parse_spec(model: type[M], raw: Mapping[str, Any]) -> tuple[M, Release] | Problem:
+    """The typed spec and its pinned release, or why not (InvalidSpec, ReleaseUnsupported)."""
+    try:
+        spec = model.model_validate(dict(raw))
+        return spec, get_release(getattr(spec, "release", None))
+    except ValidationError as exc:
+        return Problem("InvalidSpec", str(exc.errors()[0]["msg"]))
+    except ReleaseError as exc:
+        return Problem("ReleaseUnsupported", str(exc))

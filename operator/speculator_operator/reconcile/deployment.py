@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
-from speculator_operator.api.common import API_VERSION, Condition, set_condition
+from speculator_operator.api.common import API_VERSION, make_condition, merge_status
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint import AuditReport
+from speculator_operator.reconcile import Problem
 from speculator_operator.releases import Release
 from speculator_operator.render.serving import Draft, Inputs, RenderError, num_speculative_tokens, render
 
@@ -52,22 +53,6 @@ class Plan:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
 
 
-def _cond(gen: int, type_: str, ok: bool | None, reason: str, message: str = "") -> Condition:
-    status: Literal["True", "False", "Unknown"] = "Unknown" if ok is None else ("True" if ok else "False")
-    return Condition(type=type_, status=status, reason=reason, message=message, observed_generation=gen)
-
-
-def _with(status: dict[str, Any], gen: int, *conds: Condition, **fields: Any) -> dict[str, Any]:
-    out = dict(status)
-    conditions = list(out.get("conditions") or [])
-    for c in conds:
-        conditions = set_condition(conditions, c)
-    out["conditions"] = conditions
-    out["observedGeneration"] = gen
-    out.update({k: v for k, v in fields.items()})
-    return {k: v for k, v in out.items() if v is not None}
-
-
 def audit_summary(report: AuditReport) -> dict[str, Any]:
     findings = [f.as_dict() for f in report.findings if f.severity != "info"][:MAX_FINDINGS]
     return {
@@ -80,7 +65,7 @@ def audit_summary(report: AuditReport) -> dict[str, Any]:
 
 def failed(obs: Observed, reason: str, message: str, phase: str = "Failed") -> Plan:
     gen = obs.generation
-    status = _with(obs.status, gen, _cond(gen, "Ready", False, reason, message), phase=phase)
+    status = merge_status(obs.status, gen, make_condition(gen, "Ready", False, reason, message), phase=phase)
     return Plan(None, status, [("Warning", reason, message)])
 
 
@@ -110,10 +95,10 @@ def plan(
     if obs.problem is not None:
         reason, message = obs.problem
         keep = obs.child is not None
-        status = _with(
+        status = merge_status(
             obs.status, gen,
-            _cond(gen, "Audited", None, reason, message),
-            _cond(gen, "Ready", False if not keep else None, "WaitingForInputs", message),
+            make_condition(gen, "Audited", None, reason, message),
+            make_condition(gen, "Ready", False if not keep else None, "WaitingForInputs", message),
             phase="Degraded" if keep else "Pending",
         )  # fmt: skip
         return Plan(None, status, [("Warning", reason, message)])
@@ -129,16 +114,19 @@ def plan(
         "draftSource": obs.draft_source or spec.speculator.source,
         "audit": audit_summary(report),
     }
-    verifier_cond = _cond(gen, "VerifierCurrent", True, "RevisionResolved", f"verifier at {obs.verifier_revision}")
+    verifier_cond = make_condition(
+        gen, "VerifierCurrent", True, "RevisionResolved", f"verifier at {obs.verifier_revision}"
+    )
     if not report.ok:
         first = report.errors[0]
         message = f"{len(report.errors)} audit error(s); first: {first.rule}: {first.message}"
         keep = obs.child is not None
-        status = _with(
+        status = merge_status(
             obs.status, gen,
-            _cond(gen, "Audited", False, "AuditFailed", message),
+            make_condition(gen, "Audited", False, "AuditFailed", message),
             verifier_cond,
-            _cond(gen, "Ready", False, "AuditFailed", message + ("; the last good pair keeps serving" if keep else "")),
+            make_condition(gen, "Ready", False, "AuditFailed",
+                           message + ("; the last good pair keeps serving" if keep else "")),
             phase="Degraded" if keep else "Failed",
             **common,
         )  # fmt: skip
@@ -155,14 +143,14 @@ def plan(
     for reason, message in rendered.notes:
         serving_message += f"; {reason}: {message}"
     ready = serving["ready"]
-    status = _with(
+    status = merge_status(
         obs.status, gen,
-        _cond(gen, "Audited", True, "AuditPassed",
+        make_condition(gen, "Audited", True, "AuditPassed",
               f"{ck.algorithm} draft passed {len(report.findings)} finding(s) without errors" if report.findings
               else f"{ck.algorithm} draft passed the audit"),
         verifier_cond,
-        _cond(gen, "Serving", ready, serving_reason, serving_message),
-        _cond(gen, "Ready", ready, "Ready" if ready else "RollingOut",
+        make_condition(gen, "Serving", ready, serving_reason, serving_message),
+        make_condition(gen, "Ready", ready, "Ready" if ready else "RollingOut",
               f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {rendered.revision} ready"),
         phase="Ready" if ready else "Deploying",
         revision=rendered.revision,
@@ -185,10 +173,10 @@ def refresh_serving(spec: SpeculatorDeploymentSpec, status: dict[str, Any], chil
         return status
     serving = serving_status(spec, status["revision"], child)
     ready = serving["ready"]
-    return _with(
+    return merge_status(
         status, generation,
-        _cond(generation, "Serving", ready, serving["reason"], f"revision {status['revision']}"),
-        _cond(generation, "Ready", ready, "Ready" if ready else "RollingOut",
+        make_condition(generation, "Serving", ready, serving["reason"], f"revision {status['revision']}"),
+        make_condition(generation, "Ready", ready, "Ready" if ready else "RollingOut",
               f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {status['revision']} ready"),
         phase="Ready" if ready else "Deploying",
         replicas=serving["replicas"],
@@ -216,7 +204,9 @@ def verifier_change(
             "VerifierChanged",
             f"the verifier moved from {old} to {resolved}; upgradePolicy is Pause: nothing is rolled out",
         )
-        return "pause", _with(status, generation, _cond(generation, "VerifierCurrent", False, reason, message))
+        return "pause", merge_status(
+            status, generation, make_condition(generation, "VerifierCurrent", False, reason, message)
+        )
     return "retrain", None
 
 
@@ -261,18 +251,68 @@ def retrain_status(status: dict[str, Any], generation: int, job: str | None, rev
     old = status.get("verifierRevision")
     if job is None:
         message = f"the verifier moved from {old} to {revision}; no retraining: {error}; the current pair keeps serving"
-        return _with(status, generation, _cond(generation, "VerifierCurrent", False, "RetrainUnavailable", message))
+        return merge_status(
+            status, generation, make_condition(generation, "VerifierCurrent", False, "RetrainUnavailable", message)
+        )
     message = (f"the verifier moved from {old} to {revision}; SpeculatorTrainJob {job} trains a draft for it; "
                "the current pair keeps serving until the new draft passes its audit")  # fmt: skip
-    return _with(status, generation, _cond(generation, "VerifierCurrent", False, "Retraining", message),
+    return merge_status(status, generation, make_condition(generation, "VerifierCurrent", False, "Retraining", message),
                  retrain={"job": job, "verifierRevision": revision})  # fmt: skip
+
+
+def train_job_output(stj: dict[str, Any] | None, job: str, verifier_model: str) -> tuple[str, str | None] | Problem:
+    """(checkpoint uri, credentials Secret) of the SpeculatorTrainJob `job` once it has succeeded (the stored
+    object, None if it does not exist), or why it cannot be served yet."""
+    if stj is None:
+        return Problem("TrainJobPending", f"SpeculatorTrainJob {job!r} does not exist (yet)")
+    spec, status = stj.get("spec") or {}, stj.get("status") or {}
+    trained_for = (spec.get("verifier") or {}).get("model")
+    if trained_for != verifier_model:
+        return Problem("TrainJobMismatch", f"SpeculatorTrainJob {job!r} trains for verifier {trained_for!r}, "
+                       f"this deployment serves {verifier_model!r}")  # fmt: skip
+    phase = status.get("phase") or "Pending"
+    if phase == "Failed":
+        return Problem("TrainJobFailed", f"SpeculatorTrainJob {job!r} failed at stage {status.get('stage')}")
+    uri = (status.get("checkpoint") or {}).get("uri")
+    if phase != "Succeeded" or not uri:
+        stage = f" (stage {status['stage']})" if status.get("stage") else ""
+        return Problem("TrainJobPending", f"SpeculatorTrainJob {job!r} is {phase}{stage}")
+    return uri, ((spec.get("output") or {}).get("credentials") or {}).get("name")
+
+
+def holds_for_retrain(status: dict[str, Any], generation: int) -> bool:
+    """A retraining is in flight and nothing was asked since: the pair stays pinned to its old verifier
+    (a resumed operator must not move it to the new revision with the old draft)."""
+    return bool(status.get("retrain")) and status.get("observedGeneration") == generation
+
+
+def retrain_due(spec: SpeculatorDeploymentSpec, action: str, status: dict[str, Any], revision: str) -> bool:
+    """Whether a new verifier revision starts a retraining: Retrain always (once per revision); Redeploy
+    when the draft failed its audit against it (Degraded) and a train template is given."""
+    if (status.get("retrain") or {}).get("verifierRevision") == revision:
+        return False
+    if action == "retrain":
+        return True
+    return action == "redeploy" and status.get("phase") == "Degraded" and bool(spec.upgrade_policy.train_template)
+
+
+def adopt_retrain(previous: dict[str, Any], planned: dict[str, Any]) -> dict[str, Any]:
+    """The planned status, without `retrain` once the retrained pair is the one being rolled out."""
+    retrain = previous.get("retrain") or {}
+    if (
+        retrain
+        and planned.get("phase") in ("Deploying", "Ready")
+        and (planned.get("verifierRevision") == retrain.get("verifierRevision"))
+    ):
+        return {k: v for k, v in planned.items() if k != "retrain"}
+    return planned
 
 
 def apply_failed(status: dict[str, Any], generation: int, message: str) -> dict[str, Any]:
     """The status when the API server refused a child: not serving, with its words; retried."""
-    return _with(
+    return merge_status(
         status, generation,
-        _cond(generation, "Serving", False, "ApplyFailed", message),
-        _cond(generation, "Ready", False, "ApplyFailed", message),
+        make_condition(generation, "Serving", False, "ApplyFailed", message),
+        make_condition(generation, "Ready", False, "ApplyFailed", message),
         phase="Degraded" if status.get("readyReplicas") else "Deploying",
     )  # fmt: skip

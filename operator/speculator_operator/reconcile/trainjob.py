@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from speculator_operator.api.common import Condition, now, set_condition
+from speculator_operator.api.common import Condition, SecretRef, make_condition, merge_status, now
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint.rules import MTP_VERIFIER_TYPES
 from speculator_operator.releases import Release
@@ -67,22 +67,6 @@ class Plan:
     handoff: tuple[str, str] | None = None  # (SpeculatorDeployment, checkpoint uri)
 
 
-def _cond(gen: int, type_: str, ok: bool | None, reason: str, message: str = "") -> Condition:
-    status: Literal["True", "False", "Unknown"] = "Unknown" if ok is None else ("True" if ok else "False")
-    return Condition(type=type_, status=status, reason=reason, message=message[:MAX_MESSAGE], observed_generation=gen)
-
-
-def _with(status: dict[str, Any], gen: int, *conds: Condition, **fields: Any) -> dict[str, Any]:
-    out = dict(status)
-    conditions = list(out.get("conditions") or [])
-    for c in conds:
-        conditions = set_condition(conditions, c)
-    out["conditions"] = conditions
-    out["observedGeneration"] = gen
-    out.update(fields)
-    return {k: v for k, v in out.items() if v is not None}
-
-
 def _stop_servers(obs: Observed) -> list[tuple[str, str, str]]:
     out = []
     for role, dep in obs.servers.items():
@@ -93,9 +77,9 @@ def _stop_servers(obs: Observed) -> list[tuple[str, str, str]]:
 
 def failed(obs: Observed, reason: str, message: str) -> Plan:
     gen = obs.generation
-    status = _with(
+    status = merge_status(
         obs.status, gen,
-        _cond(gen, "Ready", False, reason, message), _cond(gen, "Failed", True, reason, message),
+        make_condition(gen, "Ready", False, reason, message), make_condition(gen, "Failed", True, reason, message),
         phase="Failed", completionTime=obs.status.get("completionTime") or now(),
     )  # fmt: skip
     events = [] if obs.status.get("phase") == "Failed" else [("Warning", reason, message)]
@@ -174,7 +158,9 @@ def plan(
         return _finished(name, spec, obs)
     if obs.problem is not None:
         reason, message = obs.problem
-        status = _with(current_status, gen, _cond(gen, "Ready", False, reason, message), phase="Pending")
+        status = merge_status(
+            current_status, gen, make_condition(gen, "Ready", False, reason, message), phase="Pending"
+        )
         return Plan([], [], status, [("Warning", reason, message)])
     assert obs.verifier_layers is not None
     if spec.algorithm == "mtp" and obs.verifier_model_type not in MTP_VERIFIER_TYPES:
@@ -218,9 +204,10 @@ def plan(
     if current_state == "Failed":
         message = _failure_message(current.name, current_details, obs.failures.get(current.name))
         reason = "AuditFailed" if current.name == "audit" else "StageFailed"
-        status = _with(
+        status = merge_status(
             current_status, gen, *conds,
-            _cond(gen, "Ready", False, "StageFailed", message), _cond(gen, "Failed", True, reason, message),
+            make_condition(gen, "Ready", False, "StageFailed", message),
+            make_condition(gen, "Failed", True, reason, message),
             phase="Failed", completionTime=current_status.get("completionTime") or now(), **fields,
         )  # fmt: skip
         events = [] if current_status.get("phase") == "Failed" else [("Warning", reason, message)]
@@ -245,9 +232,10 @@ def plan(
     if not exists and ready_reason == "Running":
         # a Job's pod template is immutable: it is created once and then only observed
         apply += current.children
-    status = _with(
+    status = merge_status(
         current_status, gen, *conds,
-        _cond(gen, "Ready", False, ready_reason, message), _cond(gen, "Failed", False, "Running", message),
+        make_condition(gen, "Ready", False, ready_reason, message),
+        make_condition(gen, "Failed", False, "Running", message),
         phase=current.phase, completionTime=None, **fields,
     )  # fmt: skip
     events = []
@@ -268,9 +256,9 @@ def _failure_message(stage: str, details: dict[str, Any], tail: str | None) -> s
 def _audit_conditions(gen: int, obs: Observed) -> list[Condition]:
     report = obs.reports.get("audit")
     if report is not None:
-        return [_cond(gen, "Audited", True, "AuditPassed", "the trained checkpoint passed the audit")]
+        return [make_condition(gen, "Audited", True, "AuditPassed", "the trained checkpoint passed the audit")]
     if "audit" in obs.failures:
-        return [_cond(gen, "Audited", False, "AuditFailed", _tail(obs.failures["audit"]))]
+        return [make_condition(gen, "Audited", False, "AuditFailed", _tail(obs.failures["audit"]))]
     return []
 
 
@@ -282,10 +270,11 @@ def _succeeded(
     checkpoint = {"uri": published.get("uri") or spec.output.uri, "digest": published.get("digest")}
     audit = obs.reports.get("audit", {}).get("audit")
     message = f"published {checkpoint['uri']}" + (f" ({checkpoint['digest']})" if checkpoint["digest"] else "")
-    status = _with(
+    status = merge_status(
         obs.status, gen, *conds,
-        _cond(gen, "Published", True, "Published", message),
-        _cond(gen, "Ready", True, "Succeeded", message), _cond(gen, "Failed", False, "Succeeded", message),
+        make_condition(gen, "Published", True, "Published", message),
+        make_condition(gen, "Ready", True, "Succeeded", message),
+        make_condition(gen, "Failed", False, "Succeeded", message),
         phase="Succeeded", stage=None, completionTime=obs.status.get("completionTime") or now(),
         checkpoint={k: v for k, v in checkpoint.items() if v}, audit=audit, **fields,
     )  # fmt: skip
@@ -307,8 +296,36 @@ def _finished(name: str, spec: SpeculatorTrainJobSpec, obs: Observed) -> Plan:
 def handed_off(status: dict[str, Any], generation: int, target: str, reason: str, message: str) -> dict[str, Any]:
     """The status after a hand-off attempt to `target`."""
     ok = reason in ("Patched", "Following")
-    return _with(status, generation, _cond(generation, "HandedOff", ok, reason, message),
+    return merge_status(status, generation, make_condition(generation, "HandedOff", ok, reason, message),
                  deployedTo=target if ok else status.get("deployedTo"))  # fmt: skip
+
+
+def wakes_owner(event_type: str | None, child: dict[str, Any]) -> bool:
+    """Whether a child's event can move the stage machine: a stage Job finished, a server became
+    available, or a child went away. Pods starting and counters moving change nothing it decides on."""
+    if event_type == "DELETED":
+        return True
+    status = child.get("status") or {}
+    terminal = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                   for c in status.get("conditions") or [])  # fmt: skip
+    return terminal or (status.get("availableReplicas") or 0) >= 1
+
+
+def handoff_patch(
+    sdep: dict[str, Any] | None, job: str, target: str, uri: str, credentials: SecretRef | None
+) -> tuple[str, str, dict[str, Any] | None]:
+    """(reason, message, merge patch or None) that points the SpeculatorDeployment `target` (the stored
+    object, None if missing) at the checkpoint `job` published."""
+    if sdep is None:
+        return "TargetMissing", f"SpeculatorDeployment {target!r} does not exist (yet)", None
+    if ((sdep.get("spec") or {}).get("speculator") or {}).get("fromTrainJob") == job:
+        return "Following", f"SpeculatorDeployment {target} serves this job's output (speculator.fromTrainJob)", None
+    speculator = {
+        "source": uri,
+        "fromTrainJob": None,
+        "credentials": {"name": credentials.name} if credentials else None,
+    }
+    return "Patched", f"SpeculatorDeployment {target} now serves {uri}", {"spec": {"speculator": speculator}}
 
 
 def parse_report(message: str | None) -> dict[str, Any] | None:
@@ -322,4 +339,7 @@ def parse_report(message: str | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and value.get("speculatorsReport") else None
 
 
-__all__ = ["SERVER_ROLES", "Observed", "Plan", "failed", "handed_off", "job_state", "parse_report", "plan"]
+__all__ = [
+    "SERVER_ROLES", "Observed", "Plan", "failed", "handed_off", "handoff_patch", "job_state", "parse_report", "plan",
+    "wakes_owner",
+]  # fmt: skip

@@ -128,6 +128,18 @@ def verifier_layers(config: dict[str, Any]) -> int:
     return n
 
 
+def verifier_facts(config: dict[str, Any]) -> tuple[int, str | None, int | None]:
+    """(num_hidden_layers, model_type, max_position_embeddings) of a verifier's config.json; the last is
+    None when rope scaling stretches the context (vLLM may then take longer samples)."""
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
+    model_type = str(text.get("model_type") or config.get("model_type") or "") or None
+    positions = text.get("max_position_embeddings")
+    scaled = text.get("rope_scaling") or (text.get("rope_parameters") or {}).get("factor")
+    usable = positions if isinstance(positions, int) and not isinstance(positions, bool) and not scaled else None
+    return verifier_layers(config), model_type, usable
+
+
 def target_layers(inputs: Inputs) -> list[int]:
     """The layers the draft reads (speculators' default [2, L//2, L-3]); mtp reads the last layer only."""
     n = inputs.verifier_layers
