@@ -12,7 +12,7 @@ import sys
 from typing import Any, NoReturn
 
 from speculator_operator import __version__
-from speculator_operator.checkpoint import AuditReport, CheckpointError, audit, load_verifier_config
+from speculator_operator.checkpoint import AuditReport, CheckpointError, audit, load_verifier_config, read_verifier
 from speculator_operator.economics import break_even_alpha, cost_ratio, draft_forwards, verifier_active_parameters
 from speculator_operator.releases import ReleaseError, get_release, release_for
 from speculator_operator.render.serving import RenderError
@@ -68,16 +68,24 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("--verifier-revision", help="the resolved verifier commit (default: spec.verifier.revision)")
     rd.add_argument("--namespace", default=None, help="namespace when the manifest has none (default: default)")
 
-    st = sub.add_parser("stage", help="(in pods) copy a checkpoint from s3:// or hf:// into a folder")
+    st = sub.add_parser(
+        "stage",
+        help="(in pods) copy exactly the audited files of a checkpoint from s3:// or hf:// into a folder",
+        description="Exit 0: staged; 1: a file is not what was audited (named); 2: bad usage.",
+    )
     st.add_argument("source")
     st.add_argument("dest")
-    st.add_argument("--revision")
+    st.add_argument("--revision", help="the audited revision (s3 listing digest or hub commit)")
+    st.add_argument("--manifest", help="the audited files as JSON [[name, etag, size(, sha256)], ...]")
+    st.add_argument("--kind", choices=["draft", "verifier"], default="draft", help="which files make it up")
 
     sv = sub.add_parser("serve", help="(in pods) audit the staged draft, then exec vLLM with the given arguments")
     sv.add_argument("--draft", required=True)
     sv.add_argument("--verifier", required=True)
     sv.add_argument("--release", required=True)
     sv.add_argument("--allow-lossy", action="store_true")
+    sv.add_argument("--verifier-revision", help="the audited verifier revision (checked against the provenance)")
+    sv.add_argument("--verifier-content", help="the audited identity of the verifier files vLLM reads")
     sv.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then the vLLM arguments (serve MODEL ...)")
 
     vl = sub.add_parser("vllm", help="(in pods) exec vLLM with the given arguments (no draft to audit)")
@@ -102,8 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     pb.add_argument("target")
     pb.add_argument("--verifier", required=True, help="the verifier's identity to record in config.json")
     pb.add_argument("--verifier-revision", required=True)
+    pb.add_argument("--verifier-content", help="the identity of the verifier files vLLM reads")
     pb.add_argument("--job", required=True)
     pb.add_argument("--release", required=True)
+    pb.add_argument("--uri", help="the target as the user named it (pvc://claim/path for a mounted folder)")
 
     rn = sub.add_parser("run", help="run the operator (kopf) against the cluster of KUBECONFIG or in-cluster")
     scope = rn.add_mutually_exclusive_group()
@@ -164,6 +174,7 @@ def _render(args: argparse.Namespace) -> int:
             where = "spec." + ".".join(str(p) for p in first["loc"])
             raise UsageError(f"{args.file}: {where}: {first['msg']}") from None
         release = get_release(spec.release)
+        source = None
         if args.draft_algorithm and args.draft_tokens:
             draft = Draft(args.draft_algorithm, args.draft_tokens)
         elif spec.speculator.source:
@@ -171,12 +182,14 @@ def _render(args: argparse.Namespace) -> int:
             ck = report.checkpoint
             if ck.algorithm is None or ck.speculative_tokens is None:
                 raise UsageError(f"{spec.speculator.source}: no speculators_model_type / speculative_tokens")
-            draft = Draft(ck.algorithm, ck.speculative_tokens, ck.revision)
+            draft = Draft(ck.algorithm, ck.speculative_tokens, ck.revision, ck.manifest)
+            source = ck.uri if ck.resolved_from else None
         else:
             raise UsageError("speculator.fromTrainJob: pass --draft-algorithm and --draft-tokens to render offline")
         name = meta.get("name") or "unnamed"
         namespace = meta.get("namespace") or args.namespace or "default"
-        rendered = render(Inputs(name, namespace, spec, release, draft, args.verifier_revision))
+        inputs = Inputs(name, namespace, spec, release, draft, args.verifier_revision, draft_source=source)
+        rendered = render(inputs)
         out.extend(rendered.children)
         for reason, message in rendered.notes:
             print(f"# {name}: {reason}: {message}", file=sys.stderr)
@@ -252,17 +265,18 @@ def _economics(report: AuditReport, verifier: dict[str, Any] | None) -> dict[str
 def _audit(args: argparse.Namespace) -> int:
     release = get_release(args.release) if not args.vllm else release_for(vllm=args.vllm)
     verifier = None
-    verifier_revision = None
+    ref = None
     served = None
     if args.verifier:
-        verifier, verifier_revision = load_verifier_config(args.verifier)
-        served = args.verifier
+        ref = read_verifier(args.verifier)
+        verifier, served = ref.config, args.verifier
     elif args.verifier_config:
         verifier, _ = load_verifier_config(args.verifier_config)
     report = audit(
         args.source,
         verifier=verifier,
-        verifier_revision=verifier_revision,
+        verifier_revision=None if ref is None else ref.revision,
+        verifier_content=None if ref is None else ref.content,
         served_verifier=served,
         release=release,
         allow_lossy=args.allow_lossy,
@@ -314,8 +328,16 @@ def _trainer(args: argparse.Namespace) -> int:
         return trainer.run(args.stage, args.tool[1:] if args.tool[:1] == ["--"] else args.tool)
     if args.trainer_command == "audit":
         return trainer.audit_checkpoint(args.checkpoints, args.verifier, args.release)
-    return trainer.publish(args.checkpoints, args.target, args.verifier, args.verifier_revision, args.job,
-                           args.release)  # fmt: skip
+    return trainer.publish(
+        args.checkpoints,
+        args.target,
+        args.verifier,
+        args.verifier_revision,
+        args.job,
+        args.release,
+        verifier_content=args.verifier_content,
+        uri=args.uri,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "stage":
             from speculator_operator.entrypoints import stage
 
-            return stage(args.source, args.dest, args.revision)
+            return stage(args.source, args.dest, args.revision, args.manifest, args.kind)
         if args.command == "vllm":
             from speculator_operator.entrypoints import exec_vllm
 
@@ -357,7 +379,15 @@ def main(argv: list[str] | None = None) -> int:
             from speculator_operator.entrypoints import serve
 
             rest = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
-            return serve(args.draft, args.verifier, args.release, rest, args.allow_lossy)
+            return serve(
+                args.draft,
+                args.verifier,
+                args.release,
+                rest,
+                args.allow_lossy,
+                verifier_revision=args.verifier_revision,
+                verifier_content=args.verifier_content,
+            )
         parser.print_help(sys.stderr)
         return 2
     except (UsageError, CheckpointError, ReleaseError, RenderError, ValueError) as exc:

@@ -1,7 +1,8 @@
 """What runs inside the pods the operator renders.
 
-- `speculator-operator stage SOURCE DEST [--revision REV]`: copy a checkpoint (s3://, hf://) into the
-  pod's model volume (an init container).
+- `speculator-operator stage SOURCE DEST [--revision REV] [--manifest FILES]`: copy exactly the audited
+  files of a checkpoint (s3://, hf://) into the pod's model volume (an init container), refusing any
+  file that is not what was audited.
 - `speculator-operator serve --draft DIR --verifier SRC --release NAME -- VLLM_ARGS...`: audit the
   staged draft once more against the verifier and the pinned vLLM, then exec vLLM with exactly the
   rendered arguments. An audit error stops the container (exit 1) before any GPU memory is touched.
@@ -9,12 +10,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
 
-from speculator_operator.checkpoint import CheckpointError, audit, load_verifier_config
+from speculator_operator.checkpoint import CheckpointError, audit, read_verifier
+from speculator_operator.checkpoint.manifest import FileEntry, Kind, Manifest, s3_revision
+from speculator_operator.checkpoint.sources import HfSource, S3Source, SourceError, s3_client
 from speculator_operator.releases import get_release
 
 # How vLLM is started: "cli" (`vllm serve MODEL ...`, the server image) or "api-server"
@@ -44,15 +49,30 @@ def exec_vllm(args: list[str]) -> int:
     os.execvp(argv[0], argv)  # noqa: S606 - replacing this process with vLLM is the point
 
 
-def serve(draft: str, verifier: str, release_name: str, args: list[str], allow_lossy: bool = False) -> int:
+def serve(
+    draft: str,
+    verifier: str,
+    release_name: str,
+    args: list[str],
+    allow_lossy: bool = False,
+    verifier_revision: str | None = None,
+    verifier_content: str | None = None,
+) -> int:
     release = get_release(release_name)
     try:
-        verifier_config, _ = load_verifier_config(verifier)
+        ref = read_verifier(verifier)
     except CheckpointError as exc:
         print(f"serve: cannot read the verifier config: {exc}", file=sys.stderr)
         return 2
-    report = audit(draft, verifier=verifier_config, served_verifier=verifier, release=release,
-                   allow_lossy=allow_lossy)  # fmt: skip
+    report = audit(
+        draft,
+        verifier=ref.config,
+        served_verifier=verifier,
+        verifier_revision=verifier_revision or ref.revision,
+        verifier_content=verifier_content or ref.content,
+        release=release,
+        allow_lossy=allow_lossy,
+    )
     for f in report.findings:
         print(f"serve: audit {f.severity} {f.rule}: {f.message}", file=sys.stderr)
     if not report.ok:
@@ -63,54 +83,171 @@ def serve(draft: str, verifier: str, release_name: str, args: list[str], allow_l
     os.execvp(argv[0], argv)  # noqa: S606 - replacing this process with vLLM is the point
 
 
-def stage(source: str, dest: str, revision: str | None = None) -> int:
-    """Copy a checkpoint into `dest` (idempotent: a marker records what was staged)."""
+def stage(
+    source: str, dest: str, revision: str | None = None, manifest: str | None = None, kind: Kind = "draft"
+) -> int:
+    """Copy a checkpoint into `dest`: exactly the audited files (`manifest`, from the pod template), each
+    checked against its audited identity, size and sha256, or — without a manifest — the files that make
+    up the checkpoint now, provided they still are `revision`. Exit 1 refuses (naming the file) anything
+    that is not what was audited; exit 2 is bad usage. Idempotent: a marker records what was staged."""
     target = Path(dest)
     marker = target / ".staged"
     wanted = f"{source}@{revision or ''}"
     if marker.exists() and marker.read_text() == wanted:
         print(f"stage: {source} already in {dest}", file=sys.stderr)
         return 0
+    try:
+        files = Manifest.from_arg(manifest) if manifest else None
+    except ValueError as exc:
+        print(f"stage: {exc}", file=sys.stderr)
+        return 2
     target.mkdir(parents=True, exist_ok=True)
     if source.startswith("s3://"):
-        import boto3
-
-        bucket, _, prefix = source.removeprefix("s3://").partition("/")
-        prefix = prefix.strip("/")
-        s3 = boto3.client("s3")
-        count = 0
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/" if prefix else ""):
-            for obj in page.get("Contents", []):
-                rel = obj["Key"][len(prefix) :].lstrip("/") if prefix else obj["Key"]
-                if not rel or rel.endswith("/") or ".." in Path(rel).parts:
-                    continue
-                (target / rel).parent.mkdir(parents=True, exist_ok=True)
-                s3.download_file(bucket, obj["Key"], str(target / rel))
-                count += 1
-        if count == 0:
-            print(f"stage: nothing under {source}", file=sys.stderr)
-            return 1
-        if revision and revision.startswith("etag:"):
-            # the pair was audited against this exact config.json: refuse another one, never serve a mismatch
-            from speculator_operator.checkpoint.sources import S3Source
-
-            found = S3Source(bucket, prefix, client=s3)
-            found.read_small("config.json")
-            if found.revision != revision:
-                print(f"stage: {source} changed since it was audited (now {found.revision}, audited {revision}); "
-                      "refusing to serve a pair that was not audited together", file=sys.stderr)  # fmt: skip
-                return 1
+        code = _stage_s3(source, target, revision, files, kind)
     elif source.startswith("hf://"):
-        from huggingface_hub import snapshot_download
-
-        repo, _, rev = source.removeprefix("hf://").partition("@")
-        snapshot_download(repo, revision=revision or rev or None, local_dir=str(target))
+        code = _stage_hub(source, target, revision, files, kind)
     elif source.startswith("pvc://") or source.startswith("/"):
-        src = Path(source.removeprefix("pvc://"))
-        shutil.copytree(src, target, dirs_exist_ok=True, symlinks=False)
+        shutil.copytree(Path(source.removeprefix("pvc://")), target, dirs_exist_ok=True, symlinks=False)
+        code = 0
     else:
         print(f"stage: unsupported source {source!r}", file=sys.stderr)
         return 2
-    marker.write_text(wanted)
-    print(f"stage: {source} -> {dest}", file=sys.stderr)
+    if code == 0:
+        marker.write_text(wanted)
+        print(f"stage: {source} -> {dest}", file=sys.stderr)
+    return code
+
+
+REFUSAL = "refusing to serve a pair that was not audited together"
+
+
+def _stage_s3(source: str, target: Path, revision: str | None, files: Manifest | None, kind: Kind) -> int:
+    bucket, _, prefix = source.removeprefix("s3://").partition("/")
+    found = S3Source(bucket, prefix, client=s3_client(), kind=kind)
+    try:
+        now = found.manifest
+    except SourceError as exc:
+        print(f"stage: {exc}", file=sys.stderr)
+        return 1
+    if files is None:
+        if revision and s3_revision(now) != revision:
+            print(
+                f"stage: {source} is no longer revision {revision} (now {s3_revision(now)}); {REFUSAL}", file=sys.stderr
+            )
+            return 1
+        files = now
+    elif revision and revision.startswith("s3:") and s3_revision(files) != revision:
+        print(f"stage: the manifest is not revision {revision}", file=sys.stderr)
+        return 2
+    if not files.files:
+        print(f"stage: nothing under {source}", file=sys.stderr)
+        return 1
+    for entry in files.files:
+        listed = now.get(entry.name)
+        problem = None
+        if listed is None:
+            problem = "deleted after the audit"
+        elif (listed.etag, listed.size) != (entry.etag, entry.size):
+            audited, now_is = f"ETag {entry.etag}, {entry.size} bytes", f"ETag {listed.etag}, {listed.size} bytes"
+            problem = f"replaced after the audit (audited {audited}; now {now_is})"
+        else:
+            problem = _download(found, entry, target)
+        if problem:
+            print(f"stage: {source}/{entry.name} is not the audited file: {problem}; {REFUSAL}", file=sys.stderr)
+            return 1
+    _keep_only(target, files)
     return 0
+
+
+def _download(src: S3Source, entry: FileEntry, target: Path) -> str | None:
+    """Fetch one object, pinned to its audited ETag, into `target`; why it is not the audited file, or None."""
+    from botocore.exceptions import ClientError
+
+    part = target / f".{entry.name}.partial"
+    try:
+        resp = src.client.get_object(Bucket=src.bucket, Key=src._key(entry.name), IfMatch=f'"{entry.etag}"')
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in ("PreconditionFailed", "412"):
+            return f"replaced after the audit (its ETag is no longer {entry.etag})"
+        if code in ("NoSuchKey", "404", "NotFound"):
+            return "deleted after the audit"
+        return f"cannot be read: {code or exc}"
+    sha = hashlib.sha256()
+    simple_md5 = re.fullmatch(r"[0-9a-f]{32}", entry.etag) is not None
+    md5 = hashlib.md5(usedforsecurity=False)
+    size = 0
+    with part.open("wb") as fh:
+        for chunk in resp["Body"].iter_chunks(1 << 20):
+            fh.write(chunk)
+            sha.update(chunk)
+            if simple_md5:
+                md5.update(chunk)
+            size += len(chunk)
+    problem = None
+    if str(resp.get("ETag", "")).strip('"') not in ("", entry.etag):
+        problem = f"the store sent ETag {resp['ETag']}, audited {entry.etag}"
+    elif size != entry.size:
+        problem = f"{size} bytes arrived, audited {entry.size}"
+    elif entry.sha256 and sha.hexdigest() != entry.sha256:
+        problem = f"sha256 {sha.hexdigest()}, the publish record says {entry.sha256}"
+    elif simple_md5 and md5.hexdigest() != entry.etag:
+        problem = f"MD5 {md5.hexdigest()} differs from its ETag: damaged in transit"
+    if problem:
+        part.unlink()
+        return problem
+    os.replace(part, target / entry.name)
+    return None
+
+
+def _keep_only(target: Path, files: Manifest) -> None:
+    """Nothing but the audited files stays in the staging folder."""
+    keep = {*files.names, ".staged"}
+    for path in target.iterdir():
+        if path.name not in keep:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def _stage_hub(source: str, target: Path, revision: str | None, files: Manifest | None, kind: Kind) -> int:
+    """The audited files at the pinned commit (a commit names its bytes), one by one; the sha256 the hub
+    lists for large (LFS) files is checked."""
+    from huggingface_hub import hf_hub_download
+
+    repo, _, rev = source.removeprefix("hf://").partition("@")
+    pinned = revision or rev or None
+    if files is None:
+        try:
+            files = HfSource(repo, pinned, kind=kind).manifest
+        except SourceError as exc:
+            print(f"stage: {exc}", file=sys.stderr)
+            return 1
+    for entry in files.files:
+        try:
+            fetched = hf_hub_download(
+                repo,
+                entry.name,
+                revision=pinned,
+                local_dir=str(target),
+                endpoint=os.environ.get("HF_ENDPOINT") or None,
+                token=os.environ.get("HF_TOKEN") or None,
+            )
+            path = Path(fetched)
+        except Exception as exc:  # huggingface_hub raises many types: all mean "not there at this commit"
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            why = f"cannot be fetched at {pinned}: {type(exc).__name__}: {first}"
+            print(f"stage: {source}/{entry.name} {why}; {REFUSAL}", file=sys.stderr)
+            return 1
+        if entry.sha256 and _sha256(path) != entry.sha256:
+            why = f"is not the audited file: its sha256 is not {entry.sha256}"
+            print(f"stage: {source}/{entry.name} {why}; {REFUSAL}", file=sys.stderr)
+            return 1
+    _keep_only(target, files)
+    return 0
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -7,9 +7,10 @@
   On failure nothing is written, so Kubernetes keeps the log tail instead (FallbackToLogsOnError).
 - `audit CKPT --verifier DIR [--release R]`: audit the trained checkpoint with the audit core;
   exit 1 on errors, 2 when it cannot be read.
-- `publish CKPT TARGET ...`: publish atomically to s3:// (a staging prefix, then the files, then a
-  provenance marker written last), hf://org/repo (one commit whose message names the verifier
-  revision) or a mounted folder (a rename); reports the digest.
+- `publish CKPT TARGET ...`: publish to a location no later run overwrites: under s3:// and mounted
+  folders a content-addressed folder `TARGET/sha256-<digest>` (the files, then the provenance record
+  with every file's sha256 and size, then the `speculators-latest.json` pointer at TARGET), on the hub
+  one commit whose message names the verifier revision; reports the exact location and the digest.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from typing import Any
 
 from speculator_operator import __version__
 from speculator_operator.checkpoint import CheckpointError, audit, load_verifier_config
+from speculator_operator.checkpoint.manifest import LATEST
+from speculator_operator.checkpoint.manifest import PROVENANCE as MARKER
 from speculator_operator.entrypoints import stage as stage_copy
 from speculator_operator.releases import get_release
 
 REPORT_ENV = "SPECULATOR_REPORT_PATH"
 REPORT_LIMIT = 4096  # the kubelet keeps at most 4 KiB of a termination message
-MARKER = "speculators-provenance.json"
 SKIP_ON_PUBLISH = re.compile(r"^(optimizer|scheduler)_state_dict\.pt$")
 
 
@@ -149,7 +151,7 @@ def _dataset_rows(out: Path) -> int | None:
 
 
 def fetch(verifier: str, dest: str, revision: str | None, data: list[str]) -> int:
-    code = stage_copy(verifier, dest, revision)
+    code = stage_copy(verifier, dest, revision, kind="verifier")
     if code != 0:
         return code
     files = 0
@@ -275,93 +277,158 @@ def _sha(content: bytes | Path) -> str:
     return h.hexdigest()
 
 
-def digest(files: dict[str, bytes | Path]) -> str:
-    """sha256 over the sorted (name, sha256 of content) pairs: the same files give the same digest."""
+def file_records(files: dict[str, bytes | Path]) -> dict[str, dict[str, Any]]:
+    """{name: {sha256, size}} of every published file: what the provenance record carries and the stage
+    init container checks."""
+    return {
+        name: {"sha256": _sha(c), "size": len(c) if isinstance(c, bytes) else c.stat().st_size}
+        for name, c in sorted(files.items())
+    }
+
+
+def _digest_of(records: dict[str, dict[str, Any]]) -> str:
     h = hashlib.sha256()
-    for name in sorted(files):
-        h.update(f"{name}\0{_sha(files[name])}\n".encode())
+    for name in sorted(records):
+        h.update(f"{name}\0{records[name]['sha256']}\n".encode())
     return "sha256:" + h.hexdigest()
 
 
-def publish(root: str, target: str, verifier: str, verifier_revision: str, job: str, release_name: str) -> int:
+def digest(files: dict[str, bytes | Path]) -> str:
+    """sha256 over the sorted (name, sha256 of content) pairs: the same files give the same digest."""
+    return _digest_of(file_records(files))
+
+
+def location_name(checkpoint_digest: str) -> str:
+    """The folder under output.uri that a checkpoint with this digest is published to (content-addressed:
+    a later run never writes into an earlier one's folder; the same bytes land in the same place)."""
+    return "sha256-" + checkpoint_digest.removeprefix("sha256:")[:16]
+
+
+def publish(
+    root: str,
+    target: str,
+    verifier: str,
+    verifier_revision: str,
+    job: str,
+    release_name: str,
+    verifier_content: str | None = None,
+    uri: str | None = None,
+) -> int:
+    """Publish the audited checkpoint to its own immutable location under `target` (`uri` is how the
+    user named a mounted folder target, e.g. pvc://claim/path) and report that location and the digest."""
     try:
         folder = checkpoint_dir(Path(root))
         files = _payload(folder, verifier)
+        records = file_records(files)
     except (CheckpointError, OSError, ValueError) as exc:
         print(f"trainer publish: {exc}", file=sys.stderr)
         return 2
     release = get_release(release_name)
-    sha = digest(files)
+    sha = _digest_of(records)
+    name = location_name(sha)
     config = files["config.json"]
     algorithm = json.loads(config).get("speculators_model_type") if isinstance(config, bytes) else None
     marker = {
-        "digest": sha, "job": job, "verifier": verifier, "verifierRevision": verifier_revision,
-        "algorithm": algorithm, "release": release.name, "speculators": release.speculators,
-        "hsConnectors": release.hs_connectors, "vllm": release.vllm, "operator": __version__,
-        "files": sorted(files), "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }  # fmt: skip
-    uri: str | None = target
+        "digest": sha,
+        "job": job,
+        "verifier": verifier,
+        "verifierRevision": verifier_revision,
+        "verifierContent": verifier_content,
+        "algorithm": algorithm,
+        "release": release.name,
+        "speculators": release.speculators,
+        "hsConnectors": release.hs_connectors,
+        "vllm": release.vllm,
+        "operator": __version__,
+        "output": uri or target,
+        "files": records,
+        "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    marker = {k: v for k, v in marker.items() if v is not None}
     if target.startswith("s3://"):
-        _publish_s3(target, files, marker)
+        location = f"{target.rstrip('/')}/{name}"
+        _publish_s3(target, name, files, {**marker, "location": location})
     elif target.startswith("hf://"):
-        uri = _publish_hub(target, files, marker, f"{algorithm} draft for {verifier}@{verifier_revision} ({job})")
+        message = f"{algorithm} draft for {verifier}@{verifier_revision} ({job})"
+        location = _publish_hub(target, files, marker, message)
     else:
-        _publish_folder(Path(target), files, marker)
-        uri = None  # the operator reports the pvc:// URI it rendered
-    print(f"trainer publish: {sha} -> {uri or target}", file=sys.stderr)
-    report("publish", uri=uri, digest=sha)
+        location = f"{(uri or target).rstrip('/')}/{name}"
+        _publish_folder(Path(target), name, files, {**marker, "location": location})
+    print(f"trainer publish: {sha} -> {location}", file=sys.stderr)
+    report("publish", uri=location, digest=sha)
     return 0
 
 
-def _publish_s3(target: str, files: dict[str, bytes | Path], marker: dict[str, Any]) -> None:
+def _pointer(marker: dict[str, Any], name: str) -> bytes:
+    """`speculators-latest.json` at output.uri: the location the newest publish went to."""
+    keys = ("location", "digest", "job", "verifier", "verifierRevision", "published")
+    return json.dumps({"name": name, **{k: marker.get(k) for k in keys}}, indent=2).encode()
+
+
+def _publish_s3(target: str, name: str, files: dict[str, bytes | Path], marker: dict[str, Any]) -> None:
+    """Every file into the new location, its provenance record last (a location without one is not
+    whole), then the pointer at output.uri. A re-run of the same checkpoint finds it already there."""
     import boto3
+    from botocore.exceptions import ClientError
 
     bucket, _, prefix = target.removeprefix("s3://").partition("/")
     prefix = prefix.strip("/")
+    location = f"{prefix}/{name}" if prefix else name
     s3 = boto3.client("s3")
-    staging = f"{prefix}/.staging-{marker['digest'][7:19]}"
-    s3.delete_object(Bucket=bucket, Key=f"{prefix}/{MARKER}")  # readers wait for the marker
-    for name, content in files.items():
-        key = f"{staging}/{name}"
-        if isinstance(content, bytes):
-            s3.put_object(Bucket=bucket, Key=key, Body=content)
-        else:
-            s3.upload_file(str(content), bucket, key)
-    for name in files:  # every file is whole before the first one moves into place
-        s3.copy({"Bucket": bucket, "Key": f"{staging}/{name}"}, bucket, f"{prefix}/{name}")
-    for name in files:
-        s3.delete_object(Bucket=bucket, Key=f"{staging}/{name}")
-    s3.put_object(Bucket=bucket, Key=f"{prefix}/{MARKER}", Body=json.dumps(marker, indent=2).encode())
+    try:
+        existing = json.loads(s3.get_object(Bucket=bucket, Key=f"{location}/{MARKER}")["Body"].read())
+    except ClientError:
+        existing = {}
+    if existing.get("digest") != marker["digest"]:
+        for fname, content in files.items():
+            key = f"{location}/{fname}"
+            if isinstance(content, bytes):
+                s3.put_object(Bucket=bucket, Key=key, Body=content)
+            else:
+                s3.upload_file(str(content), bucket, key)
+        s3.put_object(Bucket=bucket, Key=f"{location}/{MARKER}", Body=json.dumps(marker, indent=2).encode())
+    pointer = f"{prefix}/{LATEST}" if prefix else LATEST
+    s3.put_object(Bucket=bucket, Key=pointer, Body=_pointer(marker, name))
 
 
 def _publish_hub(target: str, files: dict[str, bytes | Path], marker: dict[str, Any], message: str) -> str:
+    """One commit (atomic); the commit sha names the bytes, the branch is the pointer."""
     from huggingface_hub import CommitOperationAdd, HfApi
 
     repo = target.removeprefix("hf://").split("@")[0]
     api = HfApi()
     api.create_repo(repo, exist_ok=True, private=True)
-    ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=c if isinstance(c, bytes) else str(c))
-           for name, c in files.items()]  # fmt: skip
+    ops = [
+        CommitOperationAdd(path_in_repo=n, path_or_fileobj=c if isinstance(c, bytes) else str(c))
+        for n, c in files.items()
+    ]
     ops.append(CommitOperationAdd(path_in_repo=MARKER, path_or_fileobj=json.dumps(marker, indent=2).encode()))
-    commit = api.create_commit(repo, operations=ops, commit_message=message)  # one commit: atomic
+    commit = api.create_commit(repo, operations=ops, commit_message=message)
     return f"hf://{repo}@{commit.oid}"
 
 
-def _publish_folder(target: Path, files: dict[str, bytes | Path], marker: dict[str, Any]) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    for name, content in files.items():
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            (tmp / name).write_bytes(content)
-        else:
-            shutil.copyfile(content, tmp / name)
-    (tmp / MARKER).write_text(json.dumps(marker, indent=2))
-    tmp.chmod(0o755)
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{int(time.time())}")
-        target.rename(old)
-    tmp.rename(target)  # same filesystem: the new folder appears whole
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def _publish_folder(target: Path, name: str, files: dict[str, bytes | Path], marker: dict[str, Any]) -> None:
+    """A new folder `target/name` made whole beside it and renamed into place, then the pointer (a rename
+    too). Nothing already published is replaced."""
+    target.mkdir(parents=True, exist_ok=True)
+    final = target / name
+    try:
+        done = json.loads((final / MARKER).read_text()).get("digest") == marker["digest"]
+    except (OSError, ValueError, AttributeError):
+        done = False
+    if not done:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target))
+        for fname, content in files.items():
+            (tmp / fname).parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                (tmp / fname).write_bytes(content)
+            else:
+                shutil.copyfile(content, tmp / fname)
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2))
+        tmp.chmod(0o755)
+        if final.exists():  # a partial folder of the same bytes that never got its record
+            shutil.rmtree(final)
+        tmp.rename(final)  # same filesystem: the folder appears whole
+    pointer = target / f".{LATEST}.tmp"
+    pointer.write_bytes(_pointer(marker, name))
+    os.replace(pointer, target / LATEST)

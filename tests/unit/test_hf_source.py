@@ -4,20 +4,35 @@ pinned to that sha, and clear errors."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoint, load_verifier_config
+from speculator_operator.checkpoint import CheckpointError, Manifest, audit, load_checkpoint, load_verifier_config
+from speculator_operator.entrypoints import stage
 
-from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
+from ..ckptgen import QWEN3_8B, SMALL_QWEN3, eagle3, write_checkpoint
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def sibling(path: Path) -> dict[str, object]:
+    """A file as the hub lists it with blobs=true: git blob id, size, and LFS metadata for large files."""
+    size = path.stat().st_size
+    # the real ids where the file is small; the big sparse test checkpoints get an id from their name and size
+    data = path.read_bytes() if size < 64 << 20 else f"{path.name}:{size}".encode()
+    blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324 - git's blob id
+    out: dict[str, object] = {"rfilename": path.name, "blobId": blob, "size": size}
+    if path.suffix == ".safetensors":
+        out["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": size, "pointerSize": 134}
+    return out
 
 
 class Hub:
@@ -48,14 +63,26 @@ def make_handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 if not repo.is_dir() or m[3] not in ("main", SHA):
                     self._send(404, b'{"error":"Repository not found"}', {"X-Error-Code": "RepoNotFound"})
                     return
-                info = {"id": f"{m[1]}/{m[2]}", "sha": SHA,
-                        "siblings": [{"rfilename": p.name} for p in sorted(repo.iterdir())]}  # fmt: skip
+                info = {"id": f"{m[1]}/{m[2]}", "sha": SHA, "siblings": [sibling(p) for p in sorted(repo.iterdir())]}
                 self._send(200, json.dumps(info).encode(), {"Content-Type": "application/json"})
                 return
             m = re.fullmatch(r"/([^/]+)/([^/]+)/resolve/([^/]+)/(.+)", self.path)
             if m and m[3] == SHA and (hub.root / m[1] / m[2] / m[4]).is_file():
                 path = hub.root / m[1] / m[2] / m[4]
                 size = path.stat().st_size
+                meta = sibling(path)
+                identity = meta["lfs"]["sha256"] if "lfs" in meta else meta["blobId"]
+                if self.command == "HEAD" or not self.headers.get("Range"):
+                    headers = {"X-Repo-Commit": SHA, "ETag": f'"{identity}"', "Content-Length": str(size)}
+                    if "lfs" in meta:
+                        headers.update({"X-Linked-Etag": f'"{identity}"', "X-Linked-Size": str(size)})
+                    self.send_response(200)
+                    for k, v in headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(path.read_bytes())
+                    return
                 rng = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
                 with path.open("rb") as fh:
                     if rng:
@@ -120,3 +147,20 @@ def test_unknown_repo_or_revision_is_a_clear_error(hub: Hub) -> None:
         load_checkpoint("hf://acme/draft@v9")
     with pytest.raises(CheckpointError, match="expected hf://org/repo"):
         load_checkpoint("hf://just-a-name")
+
+
+def test_a_hub_draft_names_its_files_and_the_pod_stages_exactly_those(hub: Hub, tmp_path: Path) -> None:
+    repo = hub.root / "acme" / "draft"
+    write_checkpoint(repo, *eagle3(SMALL_QWEN3, draft_vocab=1024), sparse=False)
+    (repo / "README.md").write_text("# a draft")
+    ck = load_checkpoint("hf://acme/draft")
+    assert ck.manifest is not None
+    assert ck.manifest.names == ["config.json", "model.safetensors"]  # the README is not read by vLLM
+    weights = ck.manifest.get("model.safetensors")
+    assert weights is not None
+    assert weights.sha256 == hashlib.sha256((repo / "model.safetensors").read_bytes()).hexdigest()
+    assert stage("hf://acme/draft", str(tmp_path / "a"), ck.revision, ck.manifest.to_arg()) == 0
+    assert sorted(p.name for p in (tmp_path / "a").iterdir() if not p.name.startswith(".")) == ck.manifest.names
+    # bytes that are not the audited ones (another sha256 than the list says) are refused, naming the file
+    wrong = Manifest.of(replace(f, sha256="0" * 64) if f.sha256 else f for f in ck.manifest.files)
+    assert stage("hf://acme/draft", str(tmp_path / "b"), ck.revision, wrong.to_arg()) == 1

@@ -14,6 +14,7 @@ from speculator_operator.reconcile.deployment import (
     Observed,
     adopt_retrain,
     apply_failed,
+    draft_change,
     holds_for_retrain,
     plan,
     retrain_due,
@@ -201,3 +202,47 @@ def test_a_retraining_pins_the_pair_until_its_result_is_rolled_out() -> None:
     assert "retrain" not in rolled
     kept = {"phase": "Ready", "verifierRevision": "old", "retrain": in_flight["retrain"]}
     assert adopt_retrain(in_flight, kept) == kept
+
+
+def test_a_draft_change_follows_on_draft_change() -> None:
+    def with_policy(policy: str) -> SpeculatorDeploymentSpec:
+        update = {"upgrade_policy": SPEC.upgrade_policy.model_copy(update={"on_draft_change": policy})}
+        return SPEC.model_copy(update=update)
+
+    status = {"draftRevision": "s3:old", "draftSource": "s3://d/x", "conditions": []}
+    assert draft_change(with_policy("Redeploy"), status, "s3:old", 1).action == "none"
+    assert draft_change(with_policy("Redeploy"), {}, "s3:new", 1).action == "none"  # nothing served yet
+    assert draft_change(with_policy("Redeploy"), status, None, 1).action == "none"  # not resolved
+    redeploy = draft_change(with_policy("Redeploy"), status, "s3:new", 1)
+    assert redeploy.action == "redeploy"
+    assert redeploy.status is None
+    assert [e[:2] for e in redeploy.events] == [("Normal", "DraftChanged")]
+    assert "s3:old" in redeploy.events[0][2]
+    assert "s3:new" in redeploy.events[0][2]
+    paused = draft_change(with_policy("Pause"), status, "s3:new", 1)
+    assert paused.action == "pause"
+    assert paused.status is not None
+    assert conds(paused.status)["DraftCurrent"] == ("False", "DraftChanged")
+    assert paused.status["draftRevision"] == "s3:old"  # nothing moves
+    assert [e[:2] for e in paused.events] == [("Warning", "DraftChanged")]
+    # the next poll sees the same change: no second write, no second event
+    again = draft_change(with_policy("Pause"), paused.status, "s3:new", 1)
+    assert again.status == paused.status
+    assert again.events == []
+
+
+def test_a_draft_change_waits_while_the_verifier_change_is_paused() -> None:
+    spec = SPEC.model_copy(
+        update={"upgrade_policy": SPEC.upgrade_policy.model_copy(update={"on_verifier_change": "Pause"})}
+    )
+    status = {"draftRevision": "s3:old", "verifierRevision": "v1", "conditions": []}
+    _, paused = verifier_change(spec, status, "v2", 1)
+    assert paused is not None
+    change = draft_change(spec, paused, "s3:new", 1)
+    assert change.action == "pause"  # rolling the draft out would move the verifier too
+    assert change.status is not None
+    assert "verifier change is paused" in conds_messages(change.status)["DraftCurrent"]
+
+
+def conds_messages(status: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["message"] for c in status["conditions"]}

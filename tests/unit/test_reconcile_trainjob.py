@@ -7,7 +7,15 @@ from typing import Any
 
 from speculator_operator.api.common import SecretRef
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.reconcile.trainjob import Observed, handoff_patch, job_state, parse_report, plan, wakes_owner
+from speculator_operator.reconcile.trainjob import (
+    Observed,
+    handoff_patch,
+    job_state,
+    parse_report,
+    plan,
+    resync_due,
+    wakes_owner,
+)
 from speculator_operator.releases import get_release
 
 SPEC = SpeculatorTrainJobSpec.model_validate({
@@ -185,3 +193,25 @@ def test_the_hand_off_patches_a_deployment_or_leaves_a_follower_alone() -> None:
     assert reason == "Patched"
     assert patch == {"spec": {"speculator": {"source": "s3://d/x", "fromTrainJob": None,
                                              "credentials": {"name": "s3"}}}}  # fmt: skip
+
+
+def test_the_exact_published_location_is_handed_off_and_retention_runs_once() -> None:
+    spec = SpeculatorTrainJobSpec.model_validate(
+        {**SPEC.model_dump(by_alias=True, exclude_none=True), "output": {"uri": "s3://drafts/q", "keepLatest": 2}}
+    )
+    exact = "s3://drafts/q/sha256-00d03ae54e2b0fb8"
+    reports = {"publish": {"uri": exact, "digest": "sha256:00d03ae54e2b0fb8ff"}}
+    p = run(observed(jobs={s: job("done") for s in ORDER}, reports=reports), spec)
+    assert p.status["checkpoint"] == {"uri": exact, "digest": "sha256:00d03ae54e2b0fb8ff"}
+    assert p.handoff == ("qwen", exact)
+    assert p.prune == 2
+    assert p.status["provenance"]["verifierRevision"] == "sha1"
+    publish = next(s for s in p.status["provenance"]["commands"].items() if s[0] == "publish")[1]
+    assert "--uri s3://drafts/q" in publish
+    done = {**p.status, "deployedTo": "qwen"}
+    assert resync_due(spec.model_dump(by_alias=True, exclude_none=True), done)  # keepLatest not applied yet
+    assert run(observed(status=done), spec).prune == 2
+    pruned = {**done, "retention": {"keepLatest": 2, "deleted": [], "kept": []}}
+    assert run(observed(status=pruned), spec).prune is None
+    assert not resync_due(spec.model_dump(by_alias=True, exclude_none=True), pruned)
+    assert run(observed(jobs={s: job("done") for s in ORDER}, reports=reports)).prune is None  # not asked for

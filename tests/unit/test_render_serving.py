@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.checkpoint.manifest import Manifest, s3_revision
 from speculator_operator.releases import RELEASES, Release, get_release
 from speculator_operator.render.serving import Draft, Inputs, RenderError, render
 
@@ -110,3 +111,50 @@ def test_revision_moves_with_the_verifier_and_the_draft() -> None:
 def test_name_vllm_is_refused() -> None:
     with pytest.raises(RenderError, match="VLLM_PORT"):
         render(Inputs("vllm", "ns", spec(), get_release(), Draft("eagle3", 3)))
+
+
+def test_each_revision_stages_exactly_its_audited_files() -> None:
+    s = SpeculatorDeploymentSpec.model_validate(
+        {
+            "verifier": {"model": "s3://models/qwen"},
+            "speculator": {"source": "s3://drafts/qwen-eagle3"},
+        }
+    )
+    draft_files = Manifest.from_listing({"config.json": ("c1", 10), "model.safetensors": ("w1", 99)}, "draft")
+    verifier_files = Manifest.from_listing({"config.json": ("vc", 5), "tokenizer.json": ("t", 7)}, "verifier")
+    exact = "s3://drafts/qwen-eagle3/sha256-0123456789abcdef"
+
+    def pod(files: Manifest) -> dict[str, Any]:
+        draft = Draft("eagle3", 3, s3_revision(files), files)
+        inputs = Inputs(
+            "q",
+            "ns",
+            s,
+            get_release(),
+            draft,
+            "s3:v",
+            draft_source=exact,
+            verifier_content="s3:v",
+            verifier_manifest=verifier_files,
+        )
+        return render(inputs).children[0]["spec"]["template"]  # type: ignore[no-any-return]
+
+    template = pod(draft_files)
+    stages = {c["name"]: c["args"] for c in template["spec"]["initContainers"]}
+    draft_args = stages["stage-draft"]
+    assert draft_args[:3] == ["stage", exact, "/models/draft"]  # the exact location, not the pointer
+    assert Manifest.from_arg(draft_args[draft_args.index("--manifest") + 1]) == draft_files
+    assert draft_args[draft_args.index("--revision") + 1] == s3_revision(draft_files)
+    verifier_args = stages["stage-verifier"]
+    assert verifier_args[verifier_args.index("--kind") + 1] == "verifier"
+    assert Manifest.from_arg(verifier_args[verifier_args.index("--manifest") + 1]) == verifier_files
+    assert template["metadata"]["annotations"]["speculators.dev/draft-location"] == exact
+    command = template["spec"]["containers"][0]["command"]
+    assert command[command.index("--verifier-revision") + 1] == "s3:v"  # the pod's audit checks the provenance
+    # new weights under the same config: another list, another revision, another pod template
+    replaced = Manifest.from_listing({"config.json": ("c1", 10), "model.safetensors": ("w2", 99)}, "draft")
+    other = pod(replaced)
+    assert (
+        other["metadata"]["labels"]["speculators.dev/revision"]
+        != template["metadata"]["labels"]["speculators.dev/revision"]
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from speculator_operator import trainer
-from speculator_operator.checkpoint import CheckpointError
+from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoint
+from speculator_operator.checkpoint.manifest import LATEST
 
 from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint
 
@@ -71,31 +73,56 @@ def test_the_checkpoint_is_checkpoint_best_else_the_last_epoch_else_the_folder(t
         trainer.checkpoint_dir(tmp_path / "empty")
 
 
-def test_publish_to_a_folder_is_whole_names_the_verifier_and_is_reproducible(tmp_path: Path, report_file: Path) -> None:
+def test_publish_to_a_folder_never_overwrites_and_points_latest_at_the_new_location(
+    tmp_path: Path, report_file: Path
+) -> None:
     root = saved_run(tmp_path / "run")
     target = tmp_path / "out" / "draft"
     args = ("Qwen/Qwen3-8B", "sha-1", "ml/q", "2026.11-vllm0.32")
-    assert trainer.publish(str(root), str(target), *args) == 0
-    first = json.loads(report_file.read_text())["digest"]
-    names = sorted(p.name for p in target.iterdir())
+    assert trainer.publish(str(root), str(target), *args, uri="pvc://drafts/draft") == 0
+    first = json.loads(report_file.read_text())
+    folder = trainer.location_name(first["digest"])
+    assert first["uri"] == f"pvc://drafts/draft/{folder}"  # the exact location, as the user names the claim
+    assert sorted(p.name for p in target.iterdir()) == [folder, LATEST]
+    published = target / folder
+    names = sorted(p.name for p in published.iterdir())
     assert "optimizer_state_dict.pt" not in names
     assert trainer.MARKER in names
-    assert "model.safetensors" in names
-    config = json.loads((target / "config.json").read_text())
-    assert config["speculators_config"]["verifier"]["name_or_path"] == "Qwen/Qwen3-8B"
-    marker = json.loads((target / trainer.MARKER).read_text())
-    assert marker["digest"] == first
+    config = json.loads((published / "config.json").read_text())
+    assert config["speculators_config"]["verifier"]["name_or_path"] == "Qwen/Qwen3-8B"  # not the pod path
+    marker = json.loads((published / trainer.MARKER).read_text())
+    assert marker["digest"] == first["digest"]
     assert marker["verifierRevision"] == "sha-1"
-    assert marker["speculators"] == "0.9.0"
-    # again: the same digest, the old folder replaced, no leftovers beside it
-    assert trainer.publish(str(root), str(target), *args) == 0
-    assert json.loads(report_file.read_text())["digest"] == first
-    assert sorted(p.name for p in target.parent.iterdir()) == ["draft"]
-    # another checkpoint, another digest
+    assert marker["location"] == first["uri"]
+    # every file with its sha256 and size, as the stage container checks them
+    for name in ("config.json", "model.safetensors"):
+        assert marker["files"][name]["size"] == (published / name).stat().st_size
+        assert marker["files"][name]["sha256"] == hashlib.sha256((published / name).read_bytes()).hexdigest()
+    # the folder reads through the pointer, and the published checkpoint passes its own provenance rule
+    ck = load_checkpoint(str(target))
+    assert ck.uri == str(published)
+    assert ck.resolved_from == str(target)
+    assert ck.provenance is not None
+    assert ck.provenance["digest"] == first["digest"]
+    report = audit(ck, verifier=SMALL_QWEN3, verifier_revision="sha-1")
+    assert not [f for f in report.findings if f.rule in ("provenance", "verifier-revision")]
+    stamp = (published / "model.safetensors").stat().st_mtime_ns
+
+    # again: the same digest, the same folder, untouched
+    assert trainer.publish(str(root), str(target), *args, uri="pvc://drafts/draft") == 0
+    assert json.loads(report_file.read_text())["digest"] == first["digest"]
+    assert (published / "model.safetensors").stat().st_mtime_ns == stamp
+    assert sorted(p.name for p in target.iterdir()) == [folder, LATEST]
+
+    # another checkpoint: a new folder beside the first, which stays whole; the pointer moves
     (root / "checkpoint_best").unlink()
-    (root / "checkpoint_best").symlink_to("1")
-    assert trainer.publish(str(root), str(target), *args) == 0
-    assert json.loads(report_file.read_text())["digest"] != first
+    assert trainer.publish(str(root), str(target), *args, uri="pvc://drafts/draft") == 0
+    second = json.loads(report_file.read_text())
+    assert second["digest"] != first["digest"]
+    assert sorted(p.name for p in target.iterdir()) == sorted([folder, trainer.location_name(second["digest"]), LATEST])
+    assert (published / "model.safetensors").stat().st_mtime_ns == stamp
+    assert json.loads((target / LATEST).read_text())["name"] == trainer.location_name(second["digest"])
+    assert load_checkpoint(str(target)).uri == str(target / trainer.location_name(second["digest"]))
 
 
 def test_publish_refuses_a_missing_checkpoint(tmp_path: Path, report_file: Path) -> None:

@@ -46,7 +46,8 @@ class Verifier(Model):
         min_length=1,
         max_length=255,
         description="Branch, tag or commit of a hub model; the operator resolves it to a commit sha. "
-        "For s3:// and pvc:// sources the revision is a digest of config.json.",
+        "For s3:// the revision is a digest over every file vLLM reads (name, ETag, size); pvc:// is not read "
+        "by the operator.",
     )
     quantization: str | None = Field(default=None, max_length=64, description="vLLM --quantization for the verifier.")
     credentials: SecretRef | None = Field(
@@ -79,7 +80,9 @@ class Speculator(Model):
         default=None,
         max_length=512,
         pattern=r"^(hf://[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?|s3://[a-z0-9][a-z0-9.-]*(/.*)?|pvc://[a-z0-9][a-z0-9.-]*(/.*)?)$",
-        description="Draft checkpoint: hf://org/repo[@revision], s3://bucket/prefix or pvc://claim/path.",
+        description="Draft checkpoint: hf://org/repo[@revision], s3://bucket/prefix or pvc://claim/path. An s3:// "
+        "prefix that holds a train job's `speculators-latest.json` pointer (its output.uri) is resolved to the "
+        "exact location the pointer names when it is audited.",
     )
     from_train_job: str | None = Field(
         default=None,
@@ -142,8 +145,14 @@ class UpgradePolicy(Model):
         description="Redeploy: re-audit and roll verifier and draft together; Retrain: train a new draft first; "
         "Pause: report VerifierCurrent=False and change nothing.",
     )
+    on_draft_change: Literal["Redeploy", "Pause"] = Field(
+        default="Redeploy",
+        description="When the draft's bytes move under the same source (files replaced in place, a pointer moved "
+        "to a new publish): Redeploy audits the new draft and rolls the pair out together; Pause reports "
+        "DraftCurrent=False and changes nothing.",
+    )
     poll_interval_seconds: int = Field(
-        default=600, ge=30, le=86400, description="How often the verifier revision is resolved again."
+        default=600, ge=30, le=86400, description="How often the verifier and draft revisions are resolved again."
     )
     train_template: dict[str, Any] | None = Field(
         default=None,
@@ -206,10 +215,16 @@ class SpeculatorDeploymentStatus(Model):
     vllm: str | None = None
     algorithm: str | None = None
     num_speculative_tokens: int | None = None
-    verifier_revision: str | None = Field(default=None, description="The verifier commit sha (or config digest).")
-    draft_revision: str | None = Field(default=None, description="The draft commit sha (or config digest).")
+    verifier_revision: str | None = Field(
+        default=None, description="The verifier commit sha, or the digest of its s3 files (name, ETag, size)."
+    )
+    draft_revision: str | None = Field(
+        default=None, description="The draft commit sha, or the digest of its s3 files (name, ETag, size)."
+    )
     draft_source: str | None = Field(
-        default=None, description="The checkpoint served (a train job's published output for fromTrainJob)."
+        default=None,
+        description="The exact location served: a train job's published location (fromTrainJob), or where an "
+        "output.uri's pointer led.",
     )
     retrain: RetrainStatus | None = Field(default=None, description="A retraining in flight.")
     revision: str | None = Field(default=None, description="Hash of verifier, draft, release and rendered config.")

@@ -156,12 +156,38 @@ class Training(Model):
 
 
 class Output(Model):
+    """Where the audited checkpoint is published. Nothing published is ever overwritten: under s3:// and
+    pvc:// each run publishes to its own content-addressed folder `URI/sha256-<digest>` and then points
+    `URI/speculators-latest.json` at it; on the hub each publish is one commit. status.checkpoint.uri is
+    that exact location."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.keepLatest) || self.uri.startsWith('s3://')",
+                    "message": "keepLatest applies to s3:// outputs (hub commits are history; the operator does "
+                    "not mount pvc:// outputs)",
+                    "fieldPath": ".keepLatest",
+                }
+            ]
+        }
+    )
+
     uri: str = Field(
         max_length=512,
         pattern=r"^(s3://[a-z0-9][a-z0-9.-]*/.+|hf://[A-Za-z0-9][\w.-]*/[\w.-]+|pvc://[a-z0-9][a-z0-9.-]*/.+)$",
         description="Where the audited checkpoint is published: s3://bucket/prefix, hf://org/repo or pvc://claim/path.",
     )
     credentials: SecretRef | None = Field(default=None, description="Secret with AWS_* or HF_TOKEN.")
+    keep_latest: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description="s3:// only: after this job publishes, delete the published folders under uri beyond the newest "
+        "keepLatest, except any that a ReplicaSet, a SpeculatorDeployment or a SpeculatorTrainJob's status still "
+        "names. Unset: nothing is ever deleted.",
+    )
 
 
 class Stages(Model):
@@ -296,8 +322,16 @@ class Progress(Model):
 
 
 class CheckpointRef(Model):
-    uri: str | None = None
+    uri: str | None = Field(
+        default=None, description="The exact, immutable location published to (a hub commit for hf://)."
+    )
     digest: str | None = Field(default=None, description="sha256 over the published files (names and contents).")
+
+
+class Retention(Model):
+    keep_latest: int | None = None
+    deleted: list[str] = Field(default_factory=list, description="Published folders deleted after this run.")
+    kept: list[str] = Field(default_factory=list, description="Older folders kept because something names them.")
 
 
 class Provenance(Model):
@@ -306,6 +340,7 @@ class Provenance(Model):
     hs_connectors: str | None = None
     vllm: str | None = None
     verifier_revision: str | None = None
+    verifier_content: str | None = Field(default=None, description="The identity of the verifier files vLLM reads.")
     verifier_layers: int | None = Field(default=None, description="The verifier's num_hidden_layers.")
     verifier_model_type: str | None = None
     verifier_max_positions: int | None = None
@@ -325,4 +360,5 @@ class SpeculatorTrainJobStatus(Model):
     checkpoint: CheckpointRef | None = None
     audit: AuditSummary | None = None
     provenance: Provenance | None = None
+    retention: Retention | None = None
     deployed_to: str | None = None

@@ -1,7 +1,15 @@
 """Checkpoints read header-only from a folder, s3:// or hf://, and the audit that gates serving them."""
 
 from speculator_operator.checkpoint.audit import AuditReport, audit
-from speculator_operator.checkpoint.model import Checkpoint, CheckpointError, load_checkpoint, load_verifier_config
+from speculator_operator.checkpoint.manifest import Manifest
+from speculator_operator.checkpoint.model import (
+    Checkpoint,
+    CheckpointError,
+    VerifierRef,
+    load_checkpoint,
+    load_verifier_config,
+    read_verifier,
+)
 from speculator_operator.checkpoint.rules import RULES, Finding, Severity
 from speculator_operator.checkpoint.sources import SourceError, open_source
 
@@ -11,10 +19,13 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "Finding",
+    "Manifest",
     "Severity",
     "SourceError",
+    "VerifierRef",
     "audit",
     "load_checkpoint",
     "load_verifier_config",
     "open_source",
+    "read_verifier",
 ]

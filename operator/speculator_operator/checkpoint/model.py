@@ -8,12 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from speculator_operator.checkpoint.manifest import INDEX as INDEX_FILE
+from speculator_operator.checkpoint.manifest import PROVENANCE, Manifest
+from speculator_operator.checkpoint.manifest import SINGLE as SINGLE_FILE
 from speculator_operator.checkpoint.safetensors_header import HeaderError, TensorInfo, parse_header
 from speculator_operator.checkpoint.sources import Source, SourceError, open_source, read_header
 from speculator_operator.releases import DFLASH_FAMILY, EAGLE_FAMILY
 
-INDEX_FILE = "model.safetensors.index.json"
-SINGLE_FILE = "model.safetensors"
 LAYER_RE = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
 
 
@@ -44,6 +45,10 @@ class Checkpoint:
     files: list[str]
     source: Source = field(repr=False)
     file_sizes: dict[str, int] = field(default_factory=dict)
+    manifest: Manifest | None = None  # every file that makes it up (with sha256s from the provenance record)
+    provenance: dict[str, Any] | None = None  # speculators-provenance.json, when the checkpoint has one
+    provenance_error: str | None = None  # why it could not be used, when it is there but unreadable
+    resolved_from: str | None = None  # the `speculators-latest.json` pointer `uri` was reached through
 
     # -------------------------------------------------- what config.json says (None when absent/wrong type)
 
@@ -144,6 +149,7 @@ class Checkpoint:
     def summary(self) -> dict[str, Any]:
         return {
             "uri": self.uri,
+            "resolved_from": self.resolved_from,
             "revision": self.revision,
             "algorithm": self.algorithm,
             "speculators_version": self.speculators_version,
@@ -155,6 +161,9 @@ class Checkpoint:
             "speculative_tokens": self.speculative_tokens,
             "recorded_verifier": self.recorded_verifier.get("name_or_path"),
             "files": self.files,
+            "provenance": None
+            if self.provenance is None
+            else {k: self.provenance.get(k) for k in ("job", "verifier", "verifierRevision", "digest", "published")},
             "tensors": len(self.tensors),
             "parameters": sum(t.numel for t in self.tensors.values()),
             "bytes_on_disk": sum(self.file_sizes.values()),
@@ -199,34 +208,72 @@ def load_checkpoint(location: str | Source, credentials: Mapping[str, str] | Non
                 raise CheckpointError(
                     f"{source.uri}/{INDEX_FILE}: lists {len(missing)} tensor(s) no shard holds, e.g. {missing[0]!r}"
                 )
+        provenance, problem = _provenance(source)
+        manifest = source.manifest
+        if manifest is not None and provenance is not None and isinstance(provenance.get("files"), dict):
+            manifest = manifest.with_sha256(
+                {k: v.get("sha256") for k, v in provenance["files"].items() if isinstance(v, dict)}
+            )
+        revision = source.revision
     except HeaderError as exc:
         raise CheckpointError(str(exc)) from None
     except SourceError as exc:
         raise CheckpointError(str(exc)) from None
     return Checkpoint(
         uri=source.uri,
-        revision=source.revision,
+        revision=revision,
         config=config,
         tensors=tensors,
         files=files,
         source=source,
         file_sizes=sizes,
+        manifest=manifest,
+        provenance=provenance,
+        provenance_error=problem,
+        resolved_from=source.resolved_from,
     )
+
+
+def _provenance(source: Source) -> tuple[dict[str, Any] | None, str | None]:
+    """The publish record beside the checkpoint, or why it cannot be used (it is then ignored)."""
+    if not source.exists(PROVENANCE):
+        return None, None
+    try:
+        return _json_object(source.read_small(PROVENANCE), f"{source.uri}/{PROVENANCE}"), None
+    except CheckpointError as exc:
+        return None, str(exc)
+
+
+@dataclass(frozen=True)
+class VerifierRef:
+    """A verifier as the operator sees it: its config.json and what names its bytes."""
+
+    config: dict[str, Any]
+    revision: str | None  # the hub commit sha, or the s3 listing digest
+    content: str | None = None  # the identity of the files vLLM reads (see Source.content)
+    manifest: Manifest | None = None  # the files a pod stages (s3://)
+
+
+def read_verifier(location: str, credentials: Mapping[str, str] | None = None) -> VerifierRef:
+    """A verifier's config.json from a folder, s3:// or hf://, or a JSON file, with its revision and the
+    files that make it up (config, weights, tokenizer: checkpoint/manifest.py)."""
+    if not re.match(r"^[a-z][a-z0-9+.-]*://", location) and location.endswith(".json"):
+        try:
+            with open(location, "rb") as fh:
+                return VerifierRef(_json_object(fh.read(16 * 1024 * 1024 + 1), location), None)
+        except OSError as exc:
+            raise CheckpointError(f"{location}: {exc.strerror or exc}") from None
+    try:
+        source = open_source(location, credentials, kind="verifier")
+        config = _json_object(source.read_small("config.json"), f"{source.uri}/config.json")
+        return VerifierRef(config, source.revision, source.content, source.manifest)
+    except SourceError as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 def load_verifier_config(
     location: str, credentials: Mapping[str, str] | None = None
 ) -> tuple[dict[str, Any], str | None]:
-    """A verifier's config.json from a folder, s3:// or hf://, or a JSON file; and its revision."""
-    if not re.match(r"^[a-z][a-z0-9+.-]*://", location) and location.endswith(".json"):
-        try:
-            with open(location, "rb") as fh:
-                return _json_object(fh.read(16 * 1024 * 1024 + 1), location), None
-        except OSError as exc:
-            raise CheckpointError(f"{location}: {exc.strerror or exc}") from None
-    try:
-        source = open_source(location, credentials)
-        config = _json_object(source.read_small("config.json"), f"{source.uri}/config.json")
-    except SourceError as exc:
-        raise CheckpointError(str(exc)) from None
-    return config, source.revision
+    """A verifier's config.json and its revision (see read_verifier)."""
+    ref = read_verifier(location, credentials)
+    return ref.config, ref.revision

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeGuard
 
+from speculator_operator.checkpoint.manifest import PROVENANCE, select
 from speculator_operator.checkpoint.model import Checkpoint
 from speculator_operator.checkpoint.safetensors_header import TensorInfo
 from speculator_operator.releases import (
@@ -52,6 +53,8 @@ class AuditContext:
     checkpoint: Checkpoint
     verifier: dict[str, Any] | None = None  # the verifier's config.json
     served_verifier: str | None = None  # the verifier name/uri that will be served
+    verifier_revision: str | None = None  # its resolved revision (hub commit sha, s3 listing digest)
+    verifier_content: str | None = None  # the identity of the verifier files vLLM reads (Source.content)
     vllm: Version | None = None
     allow_lossy: bool = False
     deep: bool = False
@@ -492,6 +495,63 @@ def verifier_name(ctx: AuditContext) -> Iterator[str | Finding]:
     if served and served.removeprefix("hf://").split("@")[0].rstrip("/") != recorded.rstrip("/"):
         yield f"the draft records verifier {recorded!r} but {served!r} is being served (fine for a quantized "
         "or re-hosted copy of the same model; otherwise acceptance will collapse)"
+
+
+@rule(
+    "verifier-revision",
+    Severity.ERROR,
+    "the draft was trained for the verifier revision being served",
+    needs="verifier",
+)
+def verifier_revision(ctx: AuditContext) -> Iterator[str | Finding]:
+    """The structural rules cannot see a draft trained for another revision of the same model; the
+    publish record can. A README-only hub commit moves the sha but not the content identity."""
+    record = ctx.checkpoint.provenance or {}
+    recorded, content, name = record.get("verifierRevision"), record.get("verifierContent"), record.get("verifier")
+    served = ctx.served_verifier or "the served verifier"
+    if not isinstance(recorded, str) or not recorded:
+        if ctx.verifier_revision is not None:
+            yield Finding(
+                "verifier-revision",
+                Severity.WARNING,
+                f"no {PROVENANCE} records which verifier revision the draft was trained for: "
+                f"its pairing with {served}@{ctx.verifier_revision} is unproven",
+            )
+        return
+    if ctx.verifier_revision is None:
+        yield Finding(
+            "verifier-revision",
+            Severity.WARNING,
+            f"the draft was trained for {name}@{recorded} ({PROVENANCE}); "
+            f"the revision of {served} is not known here: the pairing is unproven",
+        )
+    elif recorded != ctx.verifier_revision and not (content and content == ctx.verifier_content):
+        yield (
+            f"the draft was trained for verifier {name}@{recorded} ({PROVENANCE}) but {served} is at "
+            f"{ctx.verifier_revision}: train a draft for this revision, or serve the one it was trained for"
+        )
+
+
+@rule("provenance", Severity.ERROR, "the publish record beside the draft is readable and names exactly its files")
+def provenance(ctx: AuditContext) -> Iterator[str]:
+    ck = ctx.checkpoint
+    if ck.provenance_error:
+        yield f"{PROVENANCE} is there but unusable: {ck.provenance_error}"
+    files = (ck.provenance or {}).get("files")
+    if ck.manifest is None or not isinstance(files, dict):
+        return
+    present = {f.name: f for f in ck.manifest.files if f.name != PROVENANCE}
+    missing = sorted(set(select(files, "draft")) - set(present))
+    if missing:
+        yield f"{PROVENANCE} names {', '.join(missing)}, which the checkpoint does not hold"
+    extra = sorted(set(present) - set(files))
+    if extra:
+        yield f"{', '.join(extra)} not named by {PROVENANCE}: added after the checkpoint was published"
+    for name, entry in present.items():
+        recorded = files.get(name)
+        size = recorded.get("size") if isinstance(recorded, dict) else None
+        if _is_int(size) and entry.size != size:
+            yield f"{name} is {entry.size} bytes, {PROVENANCE} recorded {size}: replaced after the publish"
 
 
 # ------------------------------------------------------------------------------ against the pinned vLLM

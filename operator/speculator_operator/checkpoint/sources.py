@@ -2,12 +2,14 @@
 
 Every source reads small files whole (config.json, the shard index) and safetensors files by byte
 range only, and counts the bytes and requests it made, so the audit can prove it never downloaded
-weights.
+weights. Each also says what the checkpoint is made of (checkpoint/manifest.py) from a listing: an
+s3:// prefix is listed once (ListObjectsV2), every read is pinned to the listed ETag (If-Match), and
+the revision is the digest of that listing; a hub repo is one model_info call at a commit sha.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -15,6 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from speculator_operator.checkpoint.manifest import (
+    CONFIG,
+    LATEST,
+    FileEntry,
+    Kind,
+    Manifest,
+    hub_content,
+    s3_revision,
+    select,
+)
 from speculator_operator.checkpoint.safetensors_header import HeaderError, header_length
 
 # config.json and the shard index are small; anything bigger is not what we think it is
@@ -40,9 +52,24 @@ class ReadStats:
 class Source(Protocol):
     uri: str
     stats: ReadStats
+    kind: Kind
+    resolved_from: str | None  # the pointer (`speculators-latest.json`) the uri was reached through
 
     @property
-    def revision(self) -> str | None: ...
+    def revision(self) -> str | None:
+        """What names this checkpoint's bytes: the hub commit sha, or the digest of an s3:// listing."""
+        ...
+
+    @property
+    def content(self) -> str | None:
+        """The identity of the files vLLM reads (the s3 revision; for the hub, a digest that a README-only
+        commit does not move); None where the store gives none (a local folder)."""
+        ...
+
+    @property
+    def manifest(self) -> Manifest | None:
+        """The files that make up the checkpoint, each with the store's identity and size."""
+        ...
 
     def exists(self, name: str) -> bool: ...
 
@@ -64,17 +91,43 @@ def read_header(source: Source, name: str) -> tuple[bytes, int]:
     return raw, size
 
 
+def pointer_target(raw: bytes, where: str) -> str:
+    """The folder a `speculators-latest.json` pointer names: one directly under the pointer's own folder."""
+    try:
+        name = json.loads(raw.decode("utf-8")).get("name")
+    except (UnicodeDecodeError, ValueError, AttributeError):
+        name = None
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        raise SourceError(f'{where}: not a pointer to a folder beside it (its "name" is {name!r})')
+    return name
+
+
 class LocalSource:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, kind: Kind = "draft") -> None:
         self.root = path
         self.uri = str(path)
+        self.kind = kind
+        self.resolved_from: str | None = None
         self.stats = ReadStats()
         if not path.is_dir():
             raise SourceError(f"{path}: not a directory" if path.exists() else f"{path}: no such directory")
+        if kind == "draft" and not (path / CONFIG).exists() and (path / LATEST).is_file():
+            name = pointer_target(self.read_small(LATEST), f"{path}/{LATEST}")
+            self.resolved_from, self.root, self.uri = self.uri, path / name, str(path / name)
 
     @property
     def revision(self) -> str | None:
         return None
+
+    @property
+    def content(self) -> str | None:
+        return None
+
+    @property
+    def manifest(self) -> Manifest | None:
+        """Names and sizes (a folder has no store identity: the etag is empty)."""
+        sizes = {p.name: ("", p.stat().st_size) for p in self.root.iterdir() if p.is_file()}
+        return Manifest.from_listing(sizes, self.kind)
 
     def _path(self, name: str) -> Path:
         return self.root / name
@@ -133,47 +186,101 @@ class _RangedSource:
 
 
 class S3Source(_RangedSource):
-    """`s3://bucket/prefix`, read with boto3; the endpoint and keys come from the standard AWS variables."""
+    """`s3://bucket/prefix`, read with boto3; the endpoint and keys come from the standard AWS variables.
+
+    The prefix is listed once; a draft prefix that holds no config.json but a `speculators-latest.json`
+    pointer (what a train job's publish leaves at its output.uri) is read through it: the checkpoint is
+    the exact location the pointer names. Every read carries If-Match with the listed ETag, so the bytes
+    audited are the bytes the revision names (a replaced object fails the read instead)."""
 
     def __init__(
-        self, bucket: str, prefix: str, client: Any = None, credentials: Mapping[str, str] | None = None
+        self,
+        bucket: str,
+        prefix: str,
+        client: Any = None,
+        credentials: Mapping[str, str] | None = None,
+        kind: Kind = "draft",
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.uri = self._uri(self.prefix)
+        self.kind = kind
+        self.resolved_from: str | None = None
         self.stats = ReadStats()
-        self._etags: dict[str, str] = {}
-        if client is None:
-            import boto3
-            from botocore.config import Config
+        self._objects: dict[str, tuple[str, int]] | None = None
+        self.client = client if client is not None else s3_client(credentials)
 
-            creds = credentials or {}
-            client = boto3.client(
-                "s3",
-                endpoint_url=creds.get("AWS_ENDPOINT_URL_S3") or creds.get("AWS_ENDPOINT_URL") or None,
-                aws_access_key_id=creds.get("AWS_ACCESS_KEY_ID") or None,
-                aws_secret_access_key=creds.get("AWS_SECRET_ACCESS_KEY") or None,
-                aws_session_token=creds.get("AWS_SESSION_TOKEN") or None,
-                region_name=creds.get("AWS_DEFAULT_REGION") or creds.get("AWS_REGION") or None,
-                config=Config(retries={"max_attempts": 3, "mode": "standard"}),
-            )
-        self.client = client
+    def _uri(self, prefix: str) -> str:
+        return f"s3://{self.bucket}/{prefix}" if prefix else f"s3://{self.bucket}"
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
 
+    def listing(self) -> dict[str, tuple[str, int]]:
+        """{name: (ETag without quotes, size)} of the objects directly under the prefix (one request per
+        1,000 objects), following a `speculators-latest.json` pointer once."""
+        if self._objects is None:
+            self._objects = self._list()
+            if self.kind == "draft" and CONFIG not in self._objects and LATEST in self._objects:
+                self._follow(self._objects[LATEST][0])
+        return self._objects
+
+    def _list(self) -> dict[str, tuple[str, int]]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        base = f"{self.prefix}/" if self.prefix else ""
+        found: dict[str, tuple[str, int]] = {}
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=base, Delimiter="/"
+            )
+            for page in pages:
+                self.stats.requests += 1
+                for obj in page.get("Contents", []):
+                    name = obj["Key"][len(base) :]
+                    if name:
+                        found[name] = (str(obj.get("ETag", "")).strip('"'), int(obj.get("Size", 0)))
+        except ClientError as exc:
+            raise SourceError(f"{self.uri}: {exc.response.get('Error', {}).get('Code', '') or exc}") from None
+        except BotoCoreError as exc:
+            raise SourceError(f"{self.uri}: {exc}") from None
+        return found
+
+    def _follow(self, etag: str) -> None:
+        """Re-point this source at the exact location a `speculators-latest.json` pointer names."""
+        name = pointer_target(self._read_object(LATEST, etag), f"{self.uri}/{LATEST}")
+        self.resolved_from = self.uri
+        self.prefix = f"{self.prefix}/{name}" if self.prefix else name
+        self.uri = self._uri(self.prefix)
+        self._objects = self._list()
+
+    @property
+    def manifest(self) -> Manifest:
+        return Manifest.from_listing(self.listing(), self.kind)
+
     @property
     def revision(self) -> str | None:
-        """A digest of config.json's ETag: it moves when the checkpoint is replaced."""
-        etag = self._etags.get("config.json")
-        return None if etag is None else "etag:" + hashlib.sha256(etag.encode()).hexdigest()[:16]
+        """The digest of every file that makes up the checkpoint (name, ETag, size): it moves when any of
+        them is replaced, added or removed."""
+        return s3_revision(self.manifest)
 
-    def _get(self, name: str, range_: str | None = None) -> tuple[bytes, int]:
+    @property
+    def content(self) -> str | None:
+        return self.revision
+
+    def _read_object(self, name: str, etag: str, range_: str | None = None) -> bytes:
+        """The object's bytes, provided it still has the listed ETag."""
+        data, _ = self._get(name, range_, etag)
+        return data
+
+    def _get(self, name: str, range_: str | None, etag: str | None) -> tuple[bytes, int]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(name)}
         if range_:
             kwargs["Range"] = range_
+        if etag:
+            kwargs["IfMatch"] = f'"{etag}"'
         try:
             resp = self.client.get_object(**kwargs)
             body = resp["Body"].read()
@@ -183,12 +290,13 @@ class S3Source(_RangedSource):
                 raise FileNotFoundError(f"{self.uri}/{name}") from None
             if code == "InvalidRange":
                 return b"", 0
+            if code in ("PreconditionFailed", "412"):
+                message = f"replaced while it was being read (its ETag is no longer {etag}); read it again"
+                raise SourceError(f"{self.uri}/{name}: {message}") from None
             raise SourceError(f"{self.uri}/{name}: {code or exc}") from None
         except BotoCoreError as exc:
             raise SourceError(f"{self.uri}/{name}: {exc}") from None
         self.stats.count(name, len(body))
-        if "ETag" in resp:
-            self._etags[name] = resp["ETag"]
         total = len(body)
         content_range = resp.get("ContentRange")
         if content_range:
@@ -198,31 +306,47 @@ class S3Source(_RangedSource):
         return body, total
 
     def exists(self, name: str) -> bool:
-        from botocore.exceptions import ClientError
-
-        try:
-            self.client.head_object(Bucket=self.bucket, Key=self._key(name))
-        except ClientError:
-            return False
-        finally:
-            self.stats.requests += 1
-        return True
+        return name in self.listing()
 
     def _fetch(self, name: str, start: int, end: int) -> tuple[bytes, int]:
+        listed = self.listing().get(name)
+        if listed is None:
+            raise SourceError(f"{self.uri}/{name}: no such object")
         try:
-            return self._get(name, f"bytes={start}-{end}")
+            return self._get(name, f"bytes={start}-{end}", listed[0])
         except FileNotFoundError:
-            raise SourceError(f"{self.uri}/{name}: no such object") from None
+            raise SourceError(f"{self.uri}/{name}: no such object (deleted after the listing)") from None
+
+
+def s3_client(credentials: Mapping[str, str] | None = None) -> Any:
+    """A boto3 S3 client from a Secret's AWS_* keys (or the process environment where a key is absent)."""
+    import boto3
+    from botocore.config import Config
+
+    creds = credentials or {}
+    return boto3.client(
+        "s3",
+        endpoint_url=creds.get("AWS_ENDPOINT_URL_S3") or creds.get("AWS_ENDPOINT_URL") or None,
+        aws_access_key_id=creds.get("AWS_ACCESS_KEY_ID") or None,
+        aws_secret_access_key=creds.get("AWS_SECRET_ACCESS_KEY") or None,
+        aws_session_token=creds.get("AWS_SESSION_TOKEN") or None,
+        region_name=creds.get("AWS_DEFAULT_REGION") or creds.get("AWS_REGION") or None,
+        config=Config(retries={"max_attempts": 3, "mode": "standard"}),
+    )
 
 
 class HfSource(_RangedSource):
     """`hf://org/repo[@revision]` through huggingface_hub: the revision is resolved to a commit sha first,
     and every read pins that sha. The hub endpoint and token come from HF_ENDPOINT / HF_TOKEN."""
 
-    def __init__(self, repo_id: str, revision: str | None, credentials: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, repo_id: str, revision: str | None, credentials: Mapping[str, str] | None = None, kind: Kind = "draft"
+    ) -> None:
         from huggingface_hub import HfApi
 
         creds = credentials or {}
+        self.kind = kind
+        self.resolved_from: str | None = None
         self.repo_id = repo_id
         self.requested_revision = revision or "main"
         self.uri = f"hf://{repo_id}" + (f"@{revision}" if revision else "")
@@ -232,7 +356,7 @@ class HfSource(_RangedSource):
             token=creds.get("HF_TOKEN") or os.environ.get("HF_TOKEN") or None,
         )
         try:
-            info = self.api.model_info(repo_id, revision=self.requested_revision, files_metadata=False)
+            info = self.api.model_info(repo_id, revision=self.requested_revision, files_metadata=True)
         except Exception as exc:  # huggingface_hub raises many types: all mean "cannot read it"
             raise SourceError(f"{self.uri}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
         self.stats.requests += 1
@@ -240,10 +364,26 @@ class HfSource(_RangedSource):
             raise SourceError(f"{self.uri}: the hub did not say which commit {self.requested_revision!r} is")
         self.sha: str = info.sha
         self.files = {s.rfilename for s in (info.siblings or [])}
+        entries = {}
+        for s in info.siblings or []:
+            lfs = s.lfs
+            identity = (lfs.sha256 if lfs else None) or s.blob_id or ""
+            size = s.size or (lfs.size if lfs else 0) or 0
+            entries[s.rfilename] = FileEntry(s.rfilename, identity, size, lfs.sha256 if lfs else None)
+        self._manifest = Manifest.of(entries[n] for n in select(entries, kind))
 
     @property
     def revision(self) -> str | None:
         return self.sha
+
+    @property
+    def content(self) -> str | None:
+        return hub_content(self._manifest)
+
+    @property
+    def manifest(self) -> Manifest:
+        """The files at the commit, with the blob id (the LFS sha256 for large files) and size."""
+        return self._manifest
 
     def exists(self, name: str) -> bool:
         return name in self.files
@@ -278,8 +418,9 @@ class HfSource(_RangedSource):
         return self._get(name, {"Range": f"bytes={start}-{end}"})
 
 
-def open_source(location: str, credentials: Mapping[str, str] | None = None) -> Source:
-    """A Source for a local path, `s3://bucket/prefix` or `hf://org/repo[@revision]`.
+def open_source(location: str, credentials: Mapping[str, str] | None = None, kind: Kind = "draft") -> Source:
+    """A Source for a local path, `s3://bucket/prefix` or `hf://org/repo[@revision]`, holding a checkpoint
+    of this kind (which files make it up: checkpoint/manifest.py).
 
     `credentials` (e.g. a Secret's data) take the place of the process environment: AWS_ACCESS_KEY_ID,
     AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_DEFAULT_REGION, HF_TOKEN, HF_ENDPOINT."""
@@ -288,13 +429,13 @@ def open_source(location: str, credentials: Mapping[str, str] | None = None) -> 
         bucket, _, prefix = rest.partition("/")
         if not bucket:
             raise SourceError(f"{location}: no bucket name")
-        return S3Source(bucket, prefix, credentials=credentials)
+        return S3Source(bucket, prefix, credentials=credentials, kind=kind)
     if location.startswith("hf://"):
         rest = location[len("hf://") :]
         repo, _, revision = rest.partition("@")
         if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
             raise SourceError(f"{location}: expected hf://org/repo[@revision]")
-        return HfSource(repo, revision or None, credentials)
+        return HfSource(repo, revision or None, credentials, kind)
     if re.match(r"^[a-z][a-z0-9+.-]*://", location):
         raise SourceError(f"{location}: unsupported scheme (use a local path, s3:// or hf://)")
-    return LocalSource(Path(location))
+    return LocalSource(Path(location), kind)

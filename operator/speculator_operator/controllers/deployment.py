@@ -14,7 +14,14 @@ from pydantic import ValidationError
 
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
-from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoint, load_verifier_config
+from speculator_operator.checkpoint import (
+    CheckpointError,
+    SourceError,
+    audit,
+    load_checkpoint,
+    open_source,
+    read_verifier,
+)
 from speculator_operator.controllers import kube
 from speculator_operator.controllers.kube import (
     RETRY_SECONDS,
@@ -31,6 +38,7 @@ from speculator_operator.reconcile.deployment import (
     Plan,
     adopt_retrain,
     apply_failed,
+    draft_change,
     failed,
     holds_for_retrain,
     plan,
@@ -60,19 +68,28 @@ def read_train_job(namespace: str, job: str) -> dict[str, Any] | None:
         raise
 
 
-def _observe_inputs(
-    name: str, namespace: str, spec: SpeculatorDeploymentSpec, generation: int, status: dict[str, Any]
-) -> Observed:
-    obs = Observed(generation=generation, status=status, child=current_child(namespace, name))
-    source = spec.speculator.source or ""
-    draft_secret = spec.speculator.credentials.name if spec.speculator.credentials else None
+def _draft_location(spec: SpeculatorDeploymentSpec, namespace: str) -> tuple[str, str | None, bool] | Problem:
+    """(where the draft is read, its credentials Secret, whether it is a train job's output) or why not yet."""
     if spec.speculator.from_train_job:
         job = spec.speculator.from_train_job
         found = train_job_output(read_train_job(namespace, job), job, spec.verifier.model)
         if isinstance(found, Problem):
-            obs.problem = (found.reason, found.message)
-            return obs
-        source, draft_secret = found
+            return found
+        return found[0], found[1], True
+    secret = spec.speculator.credentials.name if spec.speculator.credentials else None
+    return spec.speculator.source or "", secret, False
+
+
+def _observe_inputs(
+    name: str, namespace: str, spec: SpeculatorDeploymentSpec, generation: int, status: dict[str, Any]
+) -> Observed:
+    obs = Observed(generation=generation, status=status, child=current_child(namespace, name))
+    located = _draft_location(spec, namespace)
+    if isinstance(located, Problem):
+        obs.problem = (located.reason, located.message)
+        return obs
+    source, draft_secret, from_job = located
+    if from_job:
         obs.draft_source = source
     try:
         verifier_creds = secret_data(namespace, spec.verifier.credentials.name if spec.verifier.credentials else None)
@@ -81,23 +98,35 @@ def _observe_inputs(
         obs.problem = ("CredentialsUnreadable", str(exc))
         return obs
     location = spec.verifier.config_location
+    verifier = None
     if location is not None:
         try:
-            verifier, revision = load_verifier_config(location, verifier_creds)
+            ref = read_verifier(location, verifier_creds)
         except CheckpointError as exc:
             obs.problem = ("VerifierUnreadable", str(exc))
             return obs
+        verifier, obs.verifier_revision, obs.verifier_content = ref.config, ref.revision, ref.content
+        if spec.verifier.model.startswith("s3://"):
+            obs.verifier_manifest = ref.manifest  # the files its pods stage
     else:
-        verifier, revision = None, spec.verifier.revision  # read by the pod's entrypoint, which mounts it
-    obs.verifier_revision = revision
+        obs.verifier_revision = spec.verifier.revision  # a pvc:// verifier is read by the pods, which mount it
     release = get_release(spec.release)
     try:
         ck = load_checkpoint(source, draft_creds)
     except CheckpointError as exc:
         obs.problem = ("CheckpointUnreadable", str(exc))
         return obs
-    obs.audit = audit(ck, verifier=verifier, served_verifier=spec.verifier.uri, release=release,
-                      allow_lossy=spec.audit.allow_lossy)  # fmt: skip
+    if ck.resolved_from:
+        obs.draft_source = ck.uri  # the exact location a pointer led to: what the pods stage
+    obs.audit = audit(
+        ck,
+        verifier=verifier,
+        served_verifier=spec.verifier.uri,
+        verifier_revision=obs.verifier_revision if location is not None else None,
+        verifier_content=obs.verifier_content,
+        release=release,
+        allow_lossy=spec.audit.allow_lossy,
+    )
     return obs
 
 
@@ -163,47 +192,77 @@ def _parsed(spec: kopf.Spec) -> SpeculatorDeploymentSpec | None:
 
 
 def resolve_verifier_revision(spec: SpeculatorDeploymentSpec, namespace: str) -> str | None:
-    """The verifier's revision now: the hub commit of spec.verifier.revision, or a config.json digest."""
+    """The verifier's revision now: the hub commit of spec.verifier.revision, or the digest of its s3 files."""
     location = spec.verifier.config_location
     if location is None:
         return None
     creds = secret_data(namespace, spec.verifier.credentials.name if spec.verifier.credentials else None)
-    return load_verifier_config(location, creds)[1]
+    return read_verifier(location, creds).revision
+
+
+def resolve_draft_revision(spec: SpeculatorDeploymentSpec, namespace: str) -> str | None:
+    """The draft's revision now (a listing or a model_info call, no download), or None if it cannot be said."""
+    located = _draft_location(spec, namespace)
+    if isinstance(located, Problem) or located[0].startswith("pvc://"):
+        return None
+    source, secret, _ = located
+    try:
+        return open_source(source, secret_data(namespace, secret), kind="draft").revision
+    except SourceError as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=POLL_TICK_SECONDS)
-def poll_verifier(
+def poll_inputs(
     *, body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, name: str, namespace: str | None,
     uid: str, memo: Any, **_: Any,
 ) -> None:  # fmt: skip
-    """Re-resolve the verifier revision every upgradePolicy.pollIntervalSeconds and act on a change."""
+    """Every upgradePolicy.pollIntervalSeconds: resolve the verifier and the draft revisions again and act on
+    a change (onVerifierChange, onDraftChange)."""
     parsed = _parsed(spec)
     if namespace is None or parsed is None:
         return
     now = time.monotonic()
-    last = memo.get("verifier_polled")
+    last = memo.get("inputs_polled")
     if last is not None and now - last < parsed.upgrade_policy.poll_interval_seconds:
         return
-    memo["verifier_polled"] = now
+    memo["inputs_polled"] = now
     if last is None:
-        return  # the create/resume handler has just resolved it
+        return  # the create/resume handler has just resolved them
+    current = dict(status or {})
+    generation = int(meta.get("generation") or 0)
     try:
         resolved = resolve_verifier_revision(parsed, namespace)
     except (CheckpointError, CredentialsError) as exc:
         log.warning("%s/%s: verifier revision not resolved: %s", namespace, name, exc)
         return
-    current = dict(status or {})
-    generation = int(meta.get("generation") or 0)
     action, new_status = verifier_change(parsed, current, resolved, generation)
     if action == "redeploy":
         p = _reconcile(body, spec, meta, status, name, namespace, uid)
         if resolved and retrain_due(parsed, action, p.status, resolved):
             start_retrain(body, parsed, p.status, name, namespace, uid, resolved, generation)
-    elif action == "retrain" and resolved:
+        return
+    if action == "retrain" and resolved:
         if retrain_due(parsed, action, current, resolved):
             start_retrain(body, parsed, current, name, namespace, uid, resolved, generation)
-    elif new_status is not None:
+        return
+    if new_status is not None:
         write_status(namespace, name, current, new_status)
+        current = new_status
+    if holds_for_retrain(current, generation):
+        return  # the pair is pinned until the retrained draft is handed over
+    try:
+        draft = resolve_draft_revision(parsed, namespace)
+    except (CheckpointError, CredentialsError) as exc:
+        log.warning("%s/%s: draft revision not resolved: %s", namespace, name, exc)
+        return
+    change = draft_change(parsed, current, draft, generation)
+    for type_, reason, message in change.events:
+        kopf.event(body, type=type_, reason=reason, message=message[:1024])
+    if change.action == "redeploy":
+        _reconcile(body, spec, meta, status, name, namespace, uid)
+    elif change.status is not None:
+        write_status(namespace, name, current, change.status)
 
 
 def start_retrain(body: kopf.Body, spec: SpeculatorDeploymentSpec, status: dict[str, Any], name: str,

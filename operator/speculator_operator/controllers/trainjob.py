@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.checkpoint import CheckpointError, load_verifier_config
+from speculator_operator.checkpoint import CheckpointError, read_verifier
 from speculator_operator.controllers import kube
 from speculator_operator.controllers.kube import (
     RETRY_SECONDS,
@@ -29,6 +29,7 @@ from speculator_operator.controllers.kube import (
     apply_children,
     secret_data,
 )
+from speculator_operator.controllers.retention import prune_outputs
 from speculator_operator.reconcile import Problem, parse_spec
 from speculator_operator.reconcile.trainjob import (
     Observed,
@@ -38,6 +39,7 @@ from speculator_operator.reconcile.trainjob import (
     handoff_patch,
     parse_report,
     plan,
+    resync_due,
     wakes_owner,
 )
 from speculator_operator.render.serving import MANAGED_BY, RenderError
@@ -104,6 +106,7 @@ def observe(
     if provenance.get("verifierLayers") and provenance.get("verifierRevision"):
         obs.verifier_layers = int(provenance["verifierLayers"])
         obs.verifier_revision = provenance["verifierRevision"]
+        obs.verifier_content = provenance.get("verifierContent")
         obs.verifier_model_type = provenance.get("verifierModelType")
         obs.verifier_max_positions = provenance.get("verifierMaxPositions")
     else:
@@ -112,12 +115,13 @@ def observe(
             creds = secret_data(namespace, spec.verifier.credentials.name if spec.verifier.credentials else None)
             if location is None:
                 raise CheckpointError("a pvc:// verifier cannot be read by the operator")
-            config, revision = load_verifier_config(location, creds)
-            facts = verifier_facts(config)
+            ref = read_verifier(location, creds)
+            facts = verifier_facts(ref.config)
         except (CredentialsError, CheckpointError, RenderError) as exc:
             obs.problem = ("VerifierUnreadable", str(exc))
             return obs
-        obs.verifier_revision = revision or spec.verifier.revision
+        obs.verifier_revision = ref.revision or spec.verifier.revision
+        obs.verifier_content = ref.content
         obs.verifier_layers, obs.verifier_model_type, obs.verifier_max_positions = facts
     observe_children(namespace, name, obs)
     return obs
@@ -220,9 +224,13 @@ def _reconcile(body: dict[str, Any], name: str, namespace: str, uid: str | None)
     if p.handoff is not None:
         target, uri = p.handoff
         reason, message = hand_off(namespace, name, spec, target, uri)
-        write_status(namespace, name, p.status, handed_off(p.status, generation, target, reason, message))
+        after = handed_off(p.status, generation, target, reason, message)
+        write_status(namespace, name, p.status, after)
+        p.status = after
         if reason == "TargetMissing":
             kopf.event(kopf.Body(cast(kopf.RawBody, body)), type="Warning", reason=reason, message=message)
+    if p.prune is not None:
+        prune_outputs(kopf.Body(cast(kopf.RawBody, body)), namespace, name, spec, p.status, p.prune)
     return p
 
 
@@ -254,9 +262,5 @@ kopf.on.event("apps", "v1", "deployments", **_children)(_owner_event)  # type: i
 def resync(*, body: kopf.Body, status: kopf.Status, **_: Any) -> None:
     """A missed child event must not stall a run; a missing hand-off target may appear later.
     Reads only, unless something changed."""
-    current = dict(status or {})
-    spec = dict(body.get("spec") or {})
-    if current.get("phase") in ("Succeeded", "Failed") and current.get("deployedTo") == spec.get("deployTo"):
-        # nothing is due: a failed run moves again on its failed Job's deletion (a child event)
-        return
-    reconcile_object(dict(body))
+    if resync_due(dict(body.get("spec") or {}), dict(status or {})):
+        reconcile_object(dict(body))

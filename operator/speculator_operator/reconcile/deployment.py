@@ -12,6 +12,7 @@ Condition reasons:
 - Audited: AuditPassed | AuditFailed | CheckpointUnreadable | VerifierUnreadable | CredentialsUnreadable |
   TrainJobPending | TrainJobFailed | TrainJobMismatch
 - VerifierCurrent: RevisionResolved | VerifierChanged (Pause) | Retraining | RetrainUnavailable
+- DraftCurrent: RevisionResolved | DraftChanged (the draft's bytes moved under the same source; Pause)
 - Serving: RolledOut | RollingOut | ScaledToZero | NotDeployed | ApplyFailed
 - Ready: Ready | RollingOut | AuditFailed | InvalidSpec | ReleaseUnsupported | WaitingForInputs | ApplyFailed
 """
@@ -24,10 +25,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from speculator_operator.api.common import API_VERSION, make_condition, merge_status
+from speculator_operator.api.common import API_VERSION, condition, make_condition, merge_status
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.checkpoint import AuditReport
+from speculator_operator.checkpoint import AuditReport, Manifest
 from speculator_operator.reconcile import Problem
 from speculator_operator.releases import Release
 from speculator_operator.render.serving import Draft, Inputs, RenderError, num_speculative_tokens, render
@@ -44,6 +45,8 @@ class Observed:
     problem: tuple[str, str] | None = None  # (reason, message) when an input could not be read
     child: dict[str, Any] | None = None  # the current Deployment, if any
     draft_source: str | None = None
+    verifier_content: str | None = None  # the identity of the verifier files vLLM reads
+    verifier_manifest: Manifest | None = None  # an s3 verifier's files, for the pods' stage container
 
 
 @dataclass
@@ -117,6 +120,7 @@ def plan(
     verifier_cond = make_condition(
         gen, "VerifierCurrent", True, "RevisionResolved", f"verifier at {obs.verifier_revision}"
     )
+    draft_cond = make_condition(gen, "DraftCurrent", True, "RevisionResolved", f"draft at {ck.revision}")
     if not report.ok:
         first = report.errors[0]
         message = f"{len(report.errors)} audit error(s); first: {first.rule}: {first.message}"
@@ -125,6 +129,7 @@ def plan(
             obs.status, gen,
             make_condition(gen, "Audited", False, "AuditFailed", message),
             verifier_cond,
+            draft_cond,
             make_condition(gen, "Ready", False, "AuditFailed",
                            message + ("; the last good pair keeps serving" if keep else "")),
             phase="Degraded" if keep else "Failed",
@@ -133,9 +138,21 @@ def plan(
         return Plan(None, status, [("Warning", "AuditFailed", message)])
     if ck.algorithm is None or ck.speculative_tokens is None:
         return failed(obs, "AuditFailed", "the checkpoint has no algorithm or speculative_tokens")
-    draft = Draft(ck.algorithm, ck.speculative_tokens, ck.revision)
+    draft = Draft(ck.algorithm, ck.speculative_tokens, ck.revision, ck.manifest)
+    inputs = Inputs(
+        name,
+        namespace,
+        spec,
+        release,
+        draft,
+        obs.verifier_revision,
+        uid,
+        obs.draft_source,
+        obs.verifier_content,
+        obs.verifier_manifest,
+    )
     try:
-        rendered = render(Inputs(name, namespace, spec, release, draft, obs.verifier_revision, uid, obs.draft_source))
+        rendered = render(inputs)
     except RenderError as exc:
         return failed(obs, "InvalidSpec", str(exc))
     serving = serving_status(spec, rendered.revision, obs.child)
@@ -149,6 +166,7 @@ def plan(
               f"{ck.algorithm} draft passed {len(report.findings)} finding(s) without errors" if report.findings
               else f"{ck.algorithm} draft passed the audit"),
         verifier_cond,
+        draft_cond,
         make_condition(gen, "Serving", ready, serving_reason, serving_message),
         make_condition(gen, "Ready", ready, "Ready" if ready else "RollingOut",
               f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {rendered.revision} ready"),
@@ -208,6 +226,44 @@ def verifier_change(
             status, generation, make_condition(generation, "VerifierCurrent", False, reason, message)
         )
     return "retrain", None
+
+
+@dataclass
+class DraftChange:
+    """What a newly resolved draft revision means under upgradePolicy.onDraftChange."""
+
+    action: str  # "none" | "redeploy" | "pause"
+    status: dict[str, Any] | None = None  # the status to write (pause)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def draft_change(
+    spec: SpeculatorDeploymentSpec, status: dict[str, Any], resolved: str | None, generation: int
+) -> DraftChange:
+    """The draft's bytes moved under the same source (a file replaced in place, a pointer moved to a new
+    publish). Redeploy: audit the new draft and roll the pair out together. Pause: DraftCurrent=False and
+    nothing moves; a replica of the old revision that restarts then finds its audited bytes gone (unless
+    the old location is immutable) and refuses to start rather than serve what was not audited.
+    Retrain means nothing here: a new draft needs no new training."""
+    old = status.get("draftRevision")
+    if resolved is None or old is None or resolved == old:
+        return DraftChange("none")
+    source = spec.speculator.source or status.get("draftSource")
+    message = f"the draft at {source} moved from {old} to {resolved}"
+    verifier = condition(status.get("conditions") or [], "VerifierCurrent") or {}
+    verifier_paused = verifier.get("reason") == "VerifierChanged"  # a roll-out would move the verifier too
+    if spec.upgrade_policy.on_draft_change == "Redeploy" and not verifier_paused:
+        return DraftChange("redeploy", None, [("Normal", "DraftChanged", f"{message}; auditing it to roll it out")])
+    why = "the verifier change is paused too" if verifier_paused else "onDraftChange is Pause"
+    message += (
+        f"; {why}: nothing is rolled out, and replicas that restart cannot stage the audited bytes unless they "
+        "are still where they were"
+    )
+    paused = merge_status(
+        status, generation, make_condition(generation, "DraftCurrent", False, "DraftChanged", message)
+    )
+    events = [] if paused == status else [("Warning", "DraftChanged", message)]
+    return DraftChange("pause", paused, events)
 
 
 def retrain_name(name: str, revision: str) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 from speculator_operator.api.common import Condition, SecretRef, make_condition, merge_status, now
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint.rules import MTP_VERIFIER_TYPES
+from speculator_operator.reconcile.retention import retention_due
 from speculator_operator.releases import Release
 from speculator_operator.render.serving import RenderError
 from speculator_operator.render.training import (
@@ -49,6 +50,7 @@ class Observed:
     status: dict[str, Any]
     verifier_layers: int | None = None
     verifier_revision: str | None = None
+    verifier_content: str | None = None  # the identity of the verifier files vLLM reads
     verifier_model_type: str | None = None
     verifier_max_positions: int | None = None  # max_position_embeddings, when no rope scaling stretches it
     problem: tuple[str, str] | None = None  # (reason, message) when the verifier could not be read
@@ -65,6 +67,7 @@ class Plan:
     status: dict[str, Any]
     events: list[tuple[str, str, str]] = field(default_factory=list)
     handoff: tuple[str, str] | None = None  # (SpeculatorDeployment, checkpoint uri)
+    prune: int | None = None  # apply output.keepLatest (keep this many) under output.uri now
 
 
 def _stop_servers(obs: Observed) -> list[tuple[str, str, str]]:
@@ -138,6 +141,7 @@ def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[
         "hsConnectors": r.hs_connectors,
         "vllm": r.vllm,
         "verifierRevision": inputs.verifier_revision,
+        "verifierContent": inputs.verifier_content,
         "verifierLayers": inputs.verifier_layers,
         "verifierModelType": obs.verifier_model_type,
         "verifierMaxPositions": obs.verifier_max_positions,
@@ -170,7 +174,9 @@ def plan(
         message = (f"data.seqLength {spec.data.seq_length} exceeds the verifier's max_position_embeddings "
                    f"{obs.verifier_max_positions}: vLLM would refuse the longer samples")  # fmt: skip
         return failed(obs, "InvalidSpec", message)
-    inputs = Inputs(name, namespace, spec, release, obs.verifier_revision, obs.verifier_layers, uid)
+    inputs = Inputs(
+        name, namespace, spec, release, obs.verifier_revision, obs.verifier_layers, uid, obs.verifier_content
+    )
     try:
         all_stages = stages(inputs)
         for role in {s.server for s in all_stages if s.server}:
@@ -282,7 +288,7 @@ def _succeeded(
     handoff = None
     if spec.deploy_to and obs.status.get("deployedTo") != spec.deploy_to:
         handoff = (spec.deploy_to, str(checkpoint["uri"]))
-    return Plan([], _stop_servers(obs), status, events, handoff)
+    return Plan([], _stop_servers(obs), status, events, handoff, _prune(spec, status))
 
 
 def _finished(name: str, spec: SpeculatorTrainJobSpec, obs: Observed) -> Plan:
@@ -290,7 +296,12 @@ def _finished(name: str, spec: SpeculatorTrainJobSpec, obs: Observed) -> Plan:
     handoff = None
     if spec.deploy_to and status.get("deployedTo") != spec.deploy_to:
         handoff = (spec.deploy_to, (status.get("checkpoint") or {}).get("uri") or spec.output.uri)
-    return Plan([], [], status, [], handoff)
+    return Plan([], [], status, [], handoff, _prune(spec, status))
+
+
+def _prune(spec: SpeculatorTrainJobSpec, status: dict[str, Any]) -> int | None:
+    keep = spec.output.keep_latest
+    return keep if keep is not None and retention_due(keep, spec.output.uri, status) else None
 
 
 def handed_off(status: dict[str, Any], generation: int, target: str, reason: str, message: str) -> dict[str, Any]:
@@ -298,6 +309,19 @@ def handed_off(status: dict[str, Any], generation: int, target: str, reason: str
     ok = reason in ("Patched", "Following")
     return merge_status(status, generation, make_condition(generation, "HandedOff", ok, reason, message),
                  deployedTo=target if ok else status.get("deployedTo"))  # fmt: skip
+
+
+def resync_due(spec: dict[str, Any], status: dict[str, Any]) -> bool:
+    """Whether the periodic resync has anything to do: a run in flight (a missed child event must not
+    stall it), a hand-off target that may appear later, or output.keepLatest not yet applied. A failed
+    run moves again on its failed Job's deletion (a child event), not here."""
+    phase = status.get("phase")
+    if phase not in ("Succeeded", "Failed"):
+        return True
+    if status.get("deployedTo") != spec.get("deployTo"):
+        return True
+    output = spec.get("output") or {}
+    return phase == "Succeeded" and retention_due(output.get("keepLatest"), str(output.get("uri") or ""), status)
 
 
 def wakes_owner(event_type: str | None, child: dict[str, Any]) -> bool:
@@ -341,5 +365,5 @@ def parse_report(message: str | None) -> dict[str, Any] | None:
 
 __all__ = [
     "SERVER_ROLES", "Observed", "Plan", "failed", "handed_off", "handoff_patch", "job_state", "parse_report", "plan",
-    "wakes_owner",
+    "resync_due", "wakes_owner",
 ]  # fmt: skip

@@ -18,6 +18,7 @@ from typing import Any
 
 from speculator_operator.api.common import API_VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.checkpoint.manifest import Kind, Manifest
 from speculator_operator.economics import schedule_from_cutoff
 from speculator_operator.releases import Release, has_per_batch_size_schedule, supports
 
@@ -28,6 +29,7 @@ SHM_SIZE = "16Gi"
 SHM = "/dev/shm"  # noqa: S108 - a memory-backed volume for NCCL and the data loaders, not a temp file
 GPU = "nvidia.com/gpu"
 MANAGED_BY = "speculator-operator"
+DRAFT_ANNOTATION = "speculators.dev/draft-location"
 
 METHOD = {"eagle3": "eagle3", "peagle": "eagle3", "dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
 
@@ -43,6 +45,7 @@ class Draft:
     algorithm: str
     speculative_tokens: int
     revision: str | None = None
+    manifest: Manifest | None = None  # the audited files: the only ones the pod may stage
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,9 @@ class Inputs:
     draft: Draft
     verifier_revision: str | None = None
     owner_uid: str | None = None
-    draft_source: str | None = None  # the resolved checkpoint when the spec names a SpeculatorTrainJob
+    draft_source: str | None = None  # the exact location read (a train job's output, a pointer's target)
+    verifier_content: str | None = None  # the identity of the verifier files vLLM reads
+    verifier_manifest: Manifest | None = None  # an s3 verifier's audited files
 
 
 @dataclass
@@ -175,10 +180,15 @@ def _env_from(inputs: Inputs) -> list[dict[str, Any]]:
     return [{"secretRef": {"name": name}} for name in sorted(secrets)]
 
 
-def _stage(inputs: Inputs, source: str, dest: str, what: str, revision: str | None) -> dict[str, Any]:
-    args = ["stage", source, dest]
+def _stage(
+    inputs: Inputs, source: str, dest: str, what: Kind, revision: str | None, manifest: Manifest | None
+) -> dict[str, Any]:
+    """The init container that stages exactly the audited files (each ReplicaSet keeps its own list)."""
+    args = ["stage", source, dest, "--kind", what]
     if revision:
         args += ["--revision", revision]
+    if manifest is not None:
+        args += ["--manifest", manifest.to_arg()]
     return {
         "name": f"stage-{what}",
         "image": inputs.release.image("server"),
@@ -207,7 +217,7 @@ def render(inputs: Inputs) -> Rendered:
     mounts: list[dict[str, Any]] = [{"name": "models", "mountPath": "/models"}, {"name": "dshm", "mountPath": SHM}]
     source = inputs.draft_source or spec.speculator.source or ""
     if source.startswith(("s3://", "hf://")):
-        init.append(_stage(inputs, source, DRAFT_DIR, "draft", inputs.draft.revision))
+        init.append(_stage(inputs, source, DRAFT_DIR, "draft", inputs.draft.revision, inputs.draft.manifest))
     elif source.startswith("pvc://"):
         volume, mount = pvc_volume(source, "draft", DRAFT_DIR)
         volumes.append(volume)
@@ -215,7 +225,10 @@ def render(inputs: Inputs) -> Rendered:
     else:
         raise RenderError(f"speculator source {source!r}: expected hf://, s3:// or pvc://")
     if spec.verifier.model.startswith("s3://"):
-        init.append(_stage(inputs, spec.verifier.model, VERIFIER_DIR, "verifier", inputs.verifier_revision))
+        verifier_stage = _stage(
+            inputs, spec.verifier.model, VERIFIER_DIR, "verifier", inputs.verifier_revision, inputs.verifier_manifest
+        )
+        init.append(verifier_stage)
     elif spec.verifier.model.startswith("pvc://"):
         volume, mount = pvc_volume(spec.verifier.model, "verifier", VERIFIER_DIR)
         volumes.append(volume)
@@ -225,21 +238,17 @@ def render(inputs: Inputs) -> Rendered:
         served_verifier = f"{spec.verifier.uri}@{inputs.verifier_revision or spec.verifier.revision}"
     else:
         served_verifier = VERIFIER_DIR
+    # the entrypoint audits the staged draft once more, then execs vLLM with exactly these arguments
+    serve = ["speculator-operator", "serve", "--draft", DRAFT_DIR, "--verifier", served_verifier]
+    serve += ["--release", inputs.release.name]
+    if inputs.verifier_revision and not spec.verifier.model.startswith("pvc://"):
+        serve += ["--verifier-revision", inputs.verifier_revision]
+    if inputs.verifier_content:
+        serve += ["--verifier-content", inputs.verifier_content]
     container = {
         "name": "vllm",
         "image": inputs.release.image("server"),
-        # the entrypoint audits the staged draft once more, then execs vLLM with exactly these arguments
-        "command": [
-            "speculator-operator",
-            "serve",
-            "--draft",
-            DRAFT_DIR,
-            "--verifier",
-            served_verifier,
-            "--release",
-            inputs.release.name,
-            "--",
-        ],
+        "command": [*serve, "--"],
         "args": args,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": [
@@ -259,6 +268,8 @@ def render(inputs: Inputs) -> Rendered:
     }
     tolerations = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}, *(spec.serving.tolerations or [])]
     pod_labels = {**labels(name), "speculators.dev/revision": revision}
+    # what this revision's pods stage: retention never deletes a location a ReplicaSet still names
+    pod_annotations = {"speculators.dev/revision": revision, DRAFT_ANNOTATION: source}
     pod: dict[str, Any] = {
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": spec.serving.shutdown_timeout_seconds + 30,
@@ -280,7 +291,7 @@ def render(inputs: Inputs) -> Rendered:
             "selector": {"matchLabels": labels(name)},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": {"labels": pod_labels, "annotations": {"speculators.dev/revision": revision}},
+                "metadata": {"labels": pod_labels, "annotations": pod_annotations},
                 "spec": pod,
             },
         },

@@ -88,6 +88,7 @@ class Inputs:
     verifier_revision: str | None  # the resolved commit (hub) or config digest (s3)
     verifier_layers: int  # num_hidden_layers of the verifier
     owner_uid: str | None = None
+    verifier_content: str | None = None  # the identity of the verifier files vLLM reads (provenance)
 
 
 @dataclass(frozen=True)
@@ -528,7 +529,10 @@ def publish_stage(inputs: Inputs) -> Stage:
         "--verifier-revision", inputs.verifier_revision or spec.verifier.revision,
         "--job", f"{inputs.namespace}/{inputs.name}",
         "--release", inputs.release.name,
+        "--uri", uri,
     ]  # fmt: skip
+    if inputs.verifier_content:
+        command += ["--verifier-content", inputs.verifier_content]
     container = _container(inputs.release.image("trainer"), command, envFrom=_secrets(spec.output.credentials),
                            volumeMounts=mounts)  # fmt: skip
     job = _job(inputs, "publish", spec.stages.cpu, container, extra_volumes=volumes)

@@ -1,0 +1,99 @@
+"""Apply a train job's output.keepLatest once it has published: list what was published under output.uri
+and what the cluster still names, delete the rest (the decisions: reconcile/retention.py).
+
+Without the whole cluster's view (a ReplicaSet or a custom resource that cannot be listed) nothing is
+deleted: a location is removed only when it is known that nothing names it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, cast
+
+import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from speculator_operator.api.common import GROUP, VERSION
+from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.checkpoint.manifest import LATEST, PROVENANCE
+from speculator_operator.checkpoint.sources import s3_client
+from speculator_operator.controllers import kube
+from speculator_operator.controllers.kube import CredentialsError, api, secret_data
+from speculator_operator.reconcile.retention import PUBLISHED, Published, prunable, references, retention_status
+from speculator_operator.render.serving import MANAGED_BY
+
+log = logging.getLogger(__name__)
+
+
+def _published(s3: Any, bucket: str, prefix: str) -> tuple[list[Published], str | None]:
+    """The folders this project published directly under the prefix, and where the pointer leads."""
+    base = f"{prefix}/" if prefix else ""
+    found = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base, Delimiter="/"):
+        for common in page.get("CommonPrefixes", []):
+            name = common["Prefix"][len(base) :].rstrip("/")
+            if not PUBLISHED.match(name):
+                continue
+            try:
+                record = json.loads(s3.get_object(Bucket=bucket, Key=f"{base}{name}/{PROVENANCE}")["Body"].read())
+            except s3.exceptions.NoSuchKey:
+                continue  # not whole, or not ours: never a candidate
+            found.append(Published(f"s3://{bucket}/{base}{name}", str(record.get("published") or "")))
+    try:
+        pointer = json.loads(s3.get_object(Bucket=bucket, Key=f"{base}{LATEST}")["Body"].read()).get("name")
+    except s3.exceptions.NoSuchKey:
+        pointer = None
+    return found, f"s3://{bucket}/{base}{pointer}" if pointer else None
+
+
+def _delete_folder(s3: Any, bucket: str, key_prefix: str) -> None:
+    """Every object under the folder, its provenance record last (a half-deleted folder stays recognisable)."""
+    keys = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{key_prefix}/"):
+        keys += [o["Key"] for o in page.get("Contents", [])]
+    record = f"{key_prefix}/{PROVENANCE}"
+    rest = [k for k in keys if k != record]
+    for i in range(0, len(rest), 1000):
+        s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in rest[i : i + 1000]]})
+    s3.delete_object(Bucket=bucket, Key=record)
+
+
+def _cluster_references(pointer: str | None) -> set[str]:
+    serialize = api().sanitize_for_serialization
+    replicasets = client.AppsV1Api(api()).list_replica_set_for_all_namespaces(
+        label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}"
+    )
+    objects = client.CustomObjectsApi(api())
+    jobs = cast(dict[str, Any], objects.list_cluster_custom_object(GROUP, VERSION, "speculatortrainjobs"))
+    deps = cast(dict[str, Any], objects.list_cluster_custom_object(GROUP, VERSION, "speculatordeployments"))
+    return references([serialize(r) for r in replicasets.items], jobs.get("items", []), deps.get("items", []), pointer)
+
+
+def prune_outputs(
+    body: kopf.Body, namespace: str, name: str, spec: SpeculatorTrainJobSpec, status: dict[str, Any], keep: int
+) -> None:
+    """Delete the published folders under output.uri beyond the newest `keep` that nothing names; record
+    what was deleted and kept in status.retention. A failure deletes nothing more and is retried later."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, _, prefix = spec.output.uri.removeprefix("s3://").partition("/")
+    prefix = prefix.strip("/")
+    try:
+        creds = secret_data(namespace, spec.output.credentials.name if spec.output.credentials else None)
+        s3 = s3_client(creds)
+        locations, pointer = _published(s3, bucket, prefix)
+        delete, kept = prunable(locations, _cluster_references(pointer), keep)
+        for uri in delete:
+            _delete_folder(s3, bucket, uri.removeprefix(f"s3://{bucket}/"))
+    except (CredentialsError, ApiException, ClientError, BotoCoreError) as exc:
+        message = f"output.keepLatest not applied to {spec.output.uri}: {exc}"[:1024]
+        log.warning("%s/%s: %s", namespace, name, message)
+        kopf.event(body, type="Warning", reason="PruneFailed", message=message)
+        return
+    after = {**status, "retention": retention_status(keep, delete, kept)}
+    kube.write_status("speculatortrainjobs", namespace, name, status, after)
+    if delete:
+        message = f"deleted {len(delete)} published folder(s) beyond the newest {keep}: {', '.join(delete)}"
+        kopf.event(body, type="Normal", reason="Pruned", message=message[:1024])

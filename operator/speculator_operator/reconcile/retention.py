@@ -1,0 +1,80 @@
+"""Retention of published checkpoints: which content-addressed folders under an output.uri may be deleted.
+
+The rule (opt-in with `output.keepLatest`, s3:// only): the newest `keepLatest` published folders stay;
+an older one is deleted only when nothing names it:
+- a ReplicaSet's pod template (at any replica count: a Deployment can roll back to it, and a replica of
+  its revision that restarts stages exactly that location),
+- a SpeculatorTrainJob's status.checkpoint.uri,
+- a SpeculatorDeployment's spec.speculator.source or status.draftSource,
+- the `speculators-latest.json` pointer.
+Only folders this project published are candidates (named `sha256-<16 hex>` and holding a provenance
+record); anything else under the prefix is never touched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from speculator_operator.render.serving import DRAFT_ANNOTATION
+
+PUBLISHED = re.compile(r"^sha256-[0-9a-f]{16}$")
+
+
+@dataclass(frozen=True)
+class Published:
+    uri: str  # s3://bucket/prefix/sha256-...
+    published: str  # RFC 3339, from the provenance record
+
+
+def _norm(uri: str) -> str:
+    return uri.rstrip("/")
+
+
+def prunable(locations: Iterable[Published], referenced: Iterable[str], keep: int) -> tuple[list[str], list[str]]:
+    """(to delete, older ones kept because something names them), each sorted."""
+    named = {_norm(u) for u in referenced}
+    newest = sorted(locations, key=lambda p: (p.published, p.uri), reverse=True)
+    older = newest[keep:]
+    delete = sorted(p.uri for p in older if _norm(p.uri) not in named)
+    kept = sorted(p.uri for p in older if _norm(p.uri) in named)
+    return delete, kept
+
+
+def references(
+    replicasets: Iterable[dict[str, Any]],
+    train_jobs: Iterable[dict[str, Any]],
+    deployments: Iterable[dict[str, Any]],
+    pointer: str | None,
+) -> set[str]:
+    """Every checkpoint location the cluster's objects name (see the module docstring)."""
+    out = {pointer} if pointer else set()
+    for rs in replicasets:
+        template = ((rs.get("spec") or {}).get("template")) or {}
+        annotations = (template.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(DRAFT_ANNOTATION):
+            out.add(annotations[DRAFT_ANNOTATION])
+        for c in (template.get("spec") or {}).get("initContainers") or []:
+            args = c.get("args") or []
+            if len(args) >= 2 and args[0] == "stage":
+                out.add(args[1])
+    for stj in train_jobs:
+        uri = (((stj.get("status") or {}).get("checkpoint")) or {}).get("uri")
+        if uri:
+            out.add(uri)
+    for sdep in deployments:
+        source = (((sdep.get("spec") or {}).get("speculator")) or {}).get("source")
+        served = (sdep.get("status") or {}).get("draftSource")
+        out.update(u for u in (source, served) if u)
+    return {_norm(u) for u in out}
+
+
+def retention_due(keep_latest: int | None, output_uri: str, status: dict[str, Any]) -> bool:
+    """Whether a succeeded job still has to apply output.keepLatest (once, after its publish)."""
+    return bool(keep_latest) and output_uri.startswith("s3://") and "retention" not in status
+
+
+def retention_status(keep_latest: int, deleted: list[str], kept: list[str]) -> dict[str, Any]:
+    return {"keepLatest": keep_latest, "deleted": deleted, "kept": kept}
