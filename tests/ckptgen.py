@@ -61,12 +61,13 @@ def write_safetensors(path: Path, tensors: Tensors, sparse: bool = True, fill: b
 
 
 def write_checkpoint(
-    folder: Path, config: dict[str, Any], tensors: Tensors, shards: int = 1, sparse: bool = True
+    folder: Path, config: dict[str, Any], tensors: Tensors, shards: int = 1, sparse: bool = True, fill: bytes = b"\x01"
 ) -> Path:
+    """A checkpoint folder; `fill` is the byte pattern of the weights when they are written (not sparse)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
     if shards == 1:
-        write_safetensors(folder / "model.safetensors", tensors, sparse)
+        write_safetensors(folder / "model.safetensors", tensors, sparse, fill)
         return folder
     names = list(tensors)
     per = -(-len(names) // shards)
@@ -74,7 +75,7 @@ def write_checkpoint(
     for i in range(shards):
         part = {n: tensors[n] for n in names[i * per : (i + 1) * per]}
         fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        write_safetensors(folder / fname, part, sparse)
+        write_safetensors(folder / fname, part, sparse, fill)
         weight_map.update(dict.fromkeys(part, fname))
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return folder

@@ -216,15 +216,16 @@ def _render_trainjob(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict
     release = get_release(spec.release)
     revision = args.verifier_revision
     layers = args.verifier_layers
+    content = None
     if layers is None:
         location = spec.verifier.config_location
         if location is None:
             raise UsageError("a pvc:// verifier cannot be read here: pass --verifier-layers")
-        config, resolved = load_verifier_config(location)
-        layers, revision = verifier_layers(config), revision or resolved
+        ref = read_verifier(location)
+        layers, revision, content = verifier_layers(ref.config), revision or ref.revision, ref.content
     name = meta.get("name") or "unnamed"
     namespace = meta.get("namespace") or args.namespace or "default"
-    return render_all(Inputs(name, namespace, spec, release, revision, layers))
+    return render_all(Inputs(name, namespace, spec, release, revision, layers, verifier_content=content))
 
 
 def _read_text(path: str) -> str:

@@ -165,7 +165,7 @@ def _download(src: S3Source, entry: FileEntry, target: Path) -> str | None:
 
     part = target / f".{entry.name}.partial"
     try:
-        resp = src.client.get_object(Bucket=src.bucket, Key=src._key(entry.name), IfMatch=f'"{entry.etag}"')
+        resp = src.client.get_object(Bucket=src.bucket, Key=src.key(entry.name), IfMatch=f'"{entry.etag}"')
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         if code in ("PreconditionFailed", "412"):

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +305,22 @@ def location_name(checkpoint_digest: str) -> str:
     return "sha256-" + checkpoint_digest.removeprefix("sha256:")[:16]
 
 
+def _same_target(record: dict[str, Any], marker: dict[str, Any]) -> bool | None:
+    """Whether an existing publish record is this publish (True), another one (False), or absent (None)."""
+    if not record:
+        return None
+    keys = ("digest", "verifier", "verifierRevision")
+    return all(record.get(k) == marker.get(k) for k in keys)
+
+
+def _candidates(marker: dict[str, Any]) -> list[str]:
+    """Where this publish may go: its content-addressed name, or — when the same bytes were published for
+    another verifier revision (a dry run's draft can be) — that name plus a tag of the verifier revision."""
+    name = location_name(marker["digest"])
+    target = hashlib.sha256(f"{marker['verifier']}@{marker['verifierRevision']}".encode()).hexdigest()[:8]
+    return [name, f"{name}-{target}"]
+
+
 def publish(
     root: str,
     target: str,
@@ -325,7 +342,6 @@ def publish(
         return 2
     release = get_release(release_name)
     sha = _digest_of(records)
-    name = location_name(sha)
     config = files["config.json"]
     algorithm = json.loads(config).get("speculators_model_type") if isinstance(config, bytes) else None
     marker = {
@@ -342,18 +358,20 @@ def publish(
         "operator": __version__,
         "output": uri or target,
         "files": records,
-        "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "published": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
     }
     marker = {k: v for k, v in marker.items() if v is not None}
-    if target.startswith("s3://"):
-        location = f"{target.rstrip('/')}/{name}"
-        _publish_s3(target, name, files, {**marker, "location": location})
-    elif target.startswith("hf://"):
-        message = f"{algorithm} draft for {verifier}@{verifier_revision} ({job})"
-        location = _publish_hub(target, files, marker, message)
-    else:
-        location = f"{(uri or target).rstrip('/')}/{name}"
-        _publish_folder(Path(target), name, files, {**marker, "location": location})
+    try:
+        if target.startswith("s3://"):
+            location = _publish_s3(target, files, marker)
+        elif target.startswith("hf://"):
+            message = f"{algorithm} draft for {verifier}@{verifier_revision} ({job})"
+            location = _publish_hub(target, files, marker, message)
+        else:
+            location = _publish_folder(Path(target), (uri or target).rstrip("/"), files, marker)
+    except PublishError as exc:
+        print(f"trainer publish: {exc}", file=sys.stderr)
+        return 1
     print(f"trainer publish: {sha} -> {location}", file=sys.stderr)
     report("publish", uri=location, digest=sha)
     return 0
@@ -365,30 +383,42 @@ def _pointer(marker: dict[str, Any], name: str) -> bytes:
     return json.dumps({"name": name, **{k: marker.get(k) for k in keys}}, indent=2).encode()
 
 
-def _publish_s3(target: str, name: str, files: dict[str, bytes | Path], marker: dict[str, Any]) -> None:
-    """Every file into the new location, its provenance record last (a location without one is not
-    whole), then the pointer at output.uri. A re-run of the same checkpoint finds it already there."""
+class PublishError(Exception):
+    """Nowhere to publish without overwriting someone else's checkpoint."""
+
+
+def _publish_s3(target: str, files: dict[str, bytes | Path], marker: dict[str, Any]) -> str:
+    """Every file into a new location, its provenance record last (a location without one is not whole),
+    then the pointer at output.uri. A re-run of the same publish finds it already there."""
     import boto3
     from botocore.exceptions import ClientError
 
     bucket, _, prefix = target.removeprefix("s3://").partition("/")
     prefix = prefix.strip("/")
-    location = f"{prefix}/{name}" if prefix else name
     s3 = boto3.client("s3")
-    try:
-        existing = json.loads(s3.get_object(Bucket=bucket, Key=f"{location}/{MARKER}")["Body"].read())
-    except ClientError:
-        existing = {}
-    if existing.get("digest") != marker["digest"]:
-        for fname, content in files.items():
-            key = f"{location}/{fname}"
-            if isinstance(content, bytes):
-                s3.put_object(Bucket=bucket, Key=key, Body=content)
-            else:
-                s3.upload_file(str(content), bucket, key)
-        s3.put_object(Bucket=bucket, Key=f"{location}/{MARKER}", Body=json.dumps(marker, indent=2).encode())
-    pointer = f"{prefix}/{LATEST}" if prefix else LATEST
-    s3.put_object(Bucket=bucket, Key=pointer, Body=_pointer(marker, name))
+    for name in _candidates(marker):
+        location = f"{prefix}/{name}" if prefix else name
+        try:
+            existing = json.loads(s3.get_object(Bucket=bucket, Key=f"{location}/{MARKER}")["Body"].read())
+        except ClientError:
+            existing = {}
+        same = _same_target(existing, marker)
+        if same is False:
+            continue  # someone else's publish: never overwritten
+        uri = f"s3://{bucket}/{location}"
+        if same is None:
+            for fname, content in files.items():
+                key = f"{location}/{fname}"
+                if isinstance(content, bytes):
+                    s3.put_object(Bucket=bucket, Key=key, Body=content)
+                else:
+                    s3.upload_file(str(content), bucket, key)
+            record = json.dumps({**marker, "location": uri}, indent=2).encode()
+            s3.put_object(Bucket=bucket, Key=f"{location}/{MARKER}", Body=record)
+        pointer = f"{prefix}/{LATEST}" if prefix else LATEST
+        s3.put_object(Bucket=bucket, Key=pointer, Body=_pointer({**marker, "location": uri}, name))
+        return uri
+    raise PublishError(f"every location for {marker['digest']} under {target} holds another publish")
 
 
 def _publish_hub(target: str, files: dict[str, bytes | Path], marker: dict[str, Any], message: str) -> str:
@@ -407,28 +437,35 @@ def _publish_hub(target: str, files: dict[str, bytes | Path], marker: dict[str, 
     return f"hf://{repo}@{commit.oid}"
 
 
-def _publish_folder(target: Path, name: str, files: dict[str, bytes | Path], marker: dict[str, Any]) -> None:
-    """A new folder `target/name` made whole beside it and renamed into place, then the pointer (a rename
-    too). Nothing already published is replaced."""
+def _publish_folder(target: Path, uri: str, files: dict[str, bytes | Path], marker: dict[str, Any]) -> str:
+    """A new folder made whole beside the others and renamed into place, then the pointer (a rename too).
+    Nothing already published is replaced; `uri` is how the user names `target` (pvc://claim/path)."""
     target.mkdir(parents=True, exist_ok=True)
-    final = target / name
-    try:
-        done = json.loads((final / MARKER).read_text()).get("digest") == marker["digest"]
-    except (OSError, ValueError, AttributeError):
-        done = False
-    if not done:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target))
-        for fname, content in files.items():
-            (tmp / fname).parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, bytes):
-                (tmp / fname).write_bytes(content)
-            else:
-                shutil.copyfile(content, tmp / fname)
-        (tmp / MARKER).write_text(json.dumps(marker, indent=2))
-        tmp.chmod(0o755)
-        if final.exists():  # a partial folder of the same bytes that never got its record
-            shutil.rmtree(final)
-        tmp.rename(final)  # same filesystem: the folder appears whole
-    pointer = target / f".{LATEST}.tmp"
-    pointer.write_bytes(_pointer(marker, name))
-    os.replace(pointer, target / LATEST)
+    for name in _candidates(marker):
+        final = target / name
+        try:
+            existing = json.loads((final / MARKER).read_text())
+        except (OSError, ValueError):
+            existing = {}
+        same = _same_target(existing if isinstance(existing, dict) else {}, marker)
+        if same is False:
+            continue
+        location = f"{uri}/{name}"
+        if same is None:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target))
+            for fname, content in files.items():
+                (tmp / fname).parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(content, bytes):
+                    (tmp / fname).write_bytes(content)
+                else:
+                    shutil.copyfile(content, tmp / fname)
+            (tmp / MARKER).write_text(json.dumps({**marker, "location": location}, indent=2))
+            tmp.chmod(0o755)
+            if final.exists():  # a partial folder that never got its record
+                shutil.rmtree(final)
+            tmp.rename(final)  # same filesystem: the folder appears whole
+        pointer = target / f".{LATEST}.tmp"
+        pointer.write_bytes(_pointer({**marker, "location": location}, name))
+        os.replace(pointer, target / LATEST)
+        return location
+    raise PublishError(f"every location for {marker['digest']} under {uri} holds another publish")

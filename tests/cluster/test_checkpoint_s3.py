@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoint
+from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoint, read_verifier
 from speculator_operator.checkpoint.sources import S3Source
 
 from ..ckptgen import SMALL_QWEN3 as SMALL
@@ -49,7 +49,8 @@ def test_s3_checkpoint_is_audited_with_two_ranged_reads_per_file(tmp_path: Path,
     header = 8 + int.from_bytes((tmp_path / "ck" / "model.safetensors").read_bytes()[:8], "little")
     assert stats.bytes_read == header + (tmp_path / "ck" / "config.json").stat().st_size
     assert ck.revision is not None
-    assert ck.revision.startswith("etag:")
+    assert ck.revision.startswith("s3:")
+    assert stats.requests == 1 + 1 + 2  # one listing, config.json, two ranged reads of the weights
     report = audit(ck, verifier=SMALL)
     assert report.ok, [f.message for f in report.errors]
 
@@ -95,27 +96,86 @@ def test_cli_audits_s3_with_the_standard_aws_variables(tmp_path: Path, s3_env: s
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
     assert report["ok"]
-    assert report["checkpoint"]["verifier_revision"].startswith("etag:")
+    assert report["checkpoint"]["verifier_revision"].startswith("s3:")
 
 
-def test_stage_copies_a_checkpoint_and_refuses_one_that_changed(tmp_path: Path, s3_env: str) -> None:
+def test_stage_copies_exactly_the_audited_files_and_refuses_any_other(tmp_path: Path, s3_env: str) -> None:
     write_checkpoint(tmp_path / "ck", *eagle3(SMALL, draft_vocab=1024), sparse=False)
     upload(tmp_path / "ck", s3_env, "stage/ck")
-    revision = load_checkpoint(f"s3://{s3_env}/stage/ck").revision
-    assert revision is not None
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=s3_env, Key="stage/ck/README.md", Body=b"# not read by vLLM")
+    ck = load_checkpoint(f"s3://{s3_env}/stage/ck")
+    assert ck.revision is not None
+    assert ck.manifest is not None
+    files = ck.manifest.to_arg()
 
-    def stage(dest: Path, rev: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "speculator_operator.cli", "stage", f"s3://{s3_env}/stage/ck",
-                               str(dest), "--revision", rev], capture_output=True, text=True, timeout=60)  # fmt: skip
+    def stage(dest: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        argv = ["stage", f"s3://{s3_env}/stage/ck", str(dest), "--revision", ck.revision or "", *extra]
+        cli = [sys.executable, "-m", "speculator_operator.cli", *argv]
+        return subprocess.run(cli, capture_output=True, text=True, timeout=60)
 
-    ok = stage(tmp_path / "a", revision)
+    ok = stage(tmp_path / "a", "--manifest", files)
     assert ok.returncode == 0, ok.stderr
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [".staged", "config.json", "model.safetensors"]
     assert audit(str(tmp_path / "a"), verifier=SMALL).ok
-    again = stage(tmp_path / "a", revision)
+    again = stage(tmp_path / "a", "--manifest", files)
     assert "already in" in again.stderr  # idempotent: nothing downloaded twice
-    # the object is replaced after the pair was audited: staging the audited revision must fail
-    boto3.client("s3").put_object(Bucket=s3_env, Key="stage/ck/config.json", Body=b'{"changed": true}')
-    changed = stage(tmp_path / "b", revision)
-    assert changed.returncode == 1
-    assert "changed since it was audited" in changed.stderr
+    # the revision still holds without the list too (a train job's fetch), and a file vLLM does not read
+    # moves nothing
+    s3.put_object(Bucket=s3_env, Key="stage/ck/README.md", Body=b"# edited")
+    assert stage(tmp_path / "b").returncode == 0
+    # new weights under the same config.json: the revision moves, and staging the audited one refuses
+    write_checkpoint(tmp_path / "new", *eagle3(SMALL, draft_vocab=1024), sparse=False, fill=b"\x07")
+    s3.upload_file(str(tmp_path / "new" / "model.safetensors"), s3_env, "stage/ck/model.safetensors")
+    assert load_checkpoint(f"s3://{s3_env}/stage/ck").revision != ck.revision
+    listed = stage(tmp_path / "c", "--manifest", files)
+    assert listed.returncode == 1
+    assert f"s3://{s3_env}/stage/ck/model.safetensors is not the audited file: replaced after the audit" in (
+        listed.stderr
+    )
+    assert not (tmp_path / "c" / "model.safetensors").exists()
+    unlisted = stage(tmp_path / "d")
+    assert unlisted.returncode == 1
+    assert f"is no longer revision {ck.revision}" in unlisted.stderr
+
+
+def test_the_revision_of_an_s3_checkpoint_names_its_bytes_not_its_config(tmp_path: Path, s3_env: str) -> None:
+    """The demo's two drafts: identical config.json, different weights."""
+    config, tensors = eagle3(SMALL, draft_vocab=1024)
+    write_checkpoint(tmp_path / "good", config, tensors, sparse=False)
+    broken = {**tensors, "fc.weight": ("BF16", [256, 512])}
+    write_checkpoint(tmp_path / "broken", config, broken, sparse=False)
+    upload(tmp_path / "good", s3_env, "good")
+    upload(tmp_path / "broken", s3_env, "broken")
+    good, bad = load_checkpoint(f"s3://{s3_env}/good"), load_checkpoint(f"s3://{s3_env}/broken")
+    assert good.config == bad.config
+    assert good.revision != bad.revision
+    # the same bytes elsewhere are the same revision: it names content, not a place
+    upload(tmp_path / "good", s3_env, "copy/of/good")
+    assert load_checkpoint(f"s3://{s3_env}/copy/of/good").revision == good.revision
+    # a verifier too: new weights or a new tokenizer under the same config.json move its revision
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=s3_env, Key="verifier/config.json", Body=json.dumps(SMALL).encode())
+    s3.put_object(Bucket=s3_env, Key="verifier/model.safetensors", Body=b"weights")
+    s3.put_object(Bucket=s3_env, Key="verifier/README.md", Body=b"# a model")
+    before = read_verifier(f"s3://{s3_env}/verifier")
+    assert before.manifest is not None
+    assert before.manifest.names == ["config.json", "model.safetensors"]
+    s3.put_object(Bucket=s3_env, Key="verifier/README.md", Body=b"# a model, edited")
+    assert read_verifier(f"s3://{s3_env}/verifier").revision == before.revision  # not read by vLLM
+    s3.put_object(Bucket=s3_env, Key="verifier/model.safetensors", Body=b"WEIGHTS")
+    after = read_verifier(f"s3://{s3_env}/verifier")
+    assert after.config == before.config
+    assert after.revision != before.revision
+    s3.put_object(Bucket=s3_env, Key="verifier/tokenizer.json", Body=b"{}")
+    assert read_verifier(f"s3://{s3_env}/verifier").revision not in (before.revision, after.revision)
+
+
+def test_a_read_pinned_to_the_listing_refuses_an_object_replaced_meanwhile(tmp_path: Path, s3_env: str) -> None:
+    write_checkpoint(tmp_path / "ck", *eagle3(SMALL, draft_vocab=1024), sparse=False)
+    upload(tmp_path / "ck", s3_env, "race")
+    source = S3Source(s3_env, "race")
+    source.listing()  # the revision is decided here ...
+    boto3.client("s3").put_object(Bucket=s3_env, Key="race/config.json", Body=b"{}")  # ... then replaced
+    with pytest.raises(CheckpointError, match=r"config\.json: replaced while it was being read"):
+        load_checkpoint(source)

@@ -16,7 +16,7 @@ from .conftest import REPO
 pytestmark = pytest.mark.cluster
 
 
-def test_demo_serves_the_samples_and_cleans_up(tmp_path: Path) -> None:
+def test_demo_serves_the_samples_and_cleans_up(tmp_path: Path, bin_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG",) and not k.startswith("AWS_")}
     env["DEV_CLUSTER_DIR"] = str(tmp_path / "demo")
     up = subprocess.run([str(REPO / "hack" / "demo")], capture_output=True, text=True, env=env, timeout=600)
@@ -29,6 +29,13 @@ def test_demo_serves_the_samples_and_cleans_up(tmp_path: Path) -> None:
         job = rows["speculatortrainjob.speculators.dev/tiny-qwen3-eagle3"]
         assert job[1:4] == ["Succeeded", "s3://models/tiny-qwen3", "eagle3"]
         assert "AuditFailed: 1 audit error(s); first: fc-shape" in up.stdout
+        # the two drafts share a config.json and differ in their weights: each revision names its own bytes
+        kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(tmp_path / "demo" / "kubeconfig")]
+        query = [*kubectl, "get", "sdep", "-o", "jsonpath={range .items[*]}{.status.draftRevision}{'\\n'}{end}"]
+        revisions = subprocess.run(query, capture_output=True, text=True, check=True, timeout=60).stdout.split()
+        assert len(revisions) == 2
+        assert all(r.startswith("s3:") for r in revisions)
+        assert revisions[0] != revisions[1]
         state = load_state(tmp_path / "demo")
         assert state is not None
         pids = [*state["pids"].values(), int((tmp_path / "demo" / "operator.pid").read_text())]

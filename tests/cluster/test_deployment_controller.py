@@ -28,7 +28,8 @@ def test_audited_draft_is_served_and_ready(
     assert st["numSpeculativeTokens"] == 3
     assert st["readyReplicas"] == 2
     assert st["audit"]["ok"] is True
-    assert st["verifierRevision"].startswith("etag:")
+    assert st["verifierRevision"].startswith("s3:")
+    assert st["draftRevision"].startswith("s3:")
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["Audited"]["status"] == "True"
     assert conds["Ready"]["observedGeneration"] == obj["metadata"]["generation"]

@@ -54,12 +54,13 @@ def test_installed_chart_grants_what_the_operator_uses_and_no_more(
         ("get", "secrets"), ("create", "events"),
         ("watch", "speculatortrainjobs.speculators.dev"), ("patch", "speculatortrainjobs.speculators.dev/status"),
         ("create", "speculatortrainjobs.speculators.dev"), ("create", "jobs.batch"), ("list", "pods"),
-        ("create", "persistentvolumeclaims"), ("delete", "deployments.apps"),
+        ("create", "persistentvolumeclaims"), ("delete", "deployments.apps"), ("list", "replicasets.apps"),
     ]  # fmt: skip
     for verb, resource in needed:
         assert can(verb, resource), f"the operator cannot {verb} {resource}"
     for verb, resource in [("list", "secrets"), ("create", "pods"), ("delete", "nodes"), ("*", "*"),
                            ("delete", "persistentvolumeclaims"), ("delete", "jobs.batch"),
+                           ("delete", "replicasets.apps"),
                            ("create", "clusterroles.rbac.authorization.k8s.io")]:  # fmt: skip
         assert not can(verb, resource), f"the operator may {verb} {resource}, which it does not need"
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Available", "deployment/speculator-operator",

@@ -80,7 +80,7 @@ def test_offline_run_passes_every_stage_in_order(
     prov = st["provenance"]
     assert prov["speculators"] == "0.9.0"
     assert prov["vllm"] == "0.32.0"
-    assert prov["verifierRevision"].startswith("etag:")
+    assert prov["verifierRevision"].startswith("s3:")
     assert prov["verifierLayers"] == 8
     assert prov["dataFingerprint"] == "fp-test"
     assert "--no-skip-token-freq" in prov["commands"]["prepare"]

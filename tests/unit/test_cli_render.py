@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_a_train_job_renders_every_stage(capsys: pytest.CaptureFixture[str]) -> None:
     example = str(REPO / "examples" / "speculatortrainjob.yaml")
-    assert main(["render", example, "--verifier-layers", "8", "--verifier-revision", "etag:abc"]) == 0
+    assert main(["render", example, "--verifier-layers", "8", "--verifier-revision", "s3:abc"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     names = [(d["kind"], d["metadata"]["name"]) for d in docs]
     assert names[0] == ("PersistentVolumeClaim", "tiny-qwen3-eagle3-workspace")
@@ -24,7 +24,7 @@ def test_a_train_job_renders_every_stage(capsys: pytest.CaptureFixture[str]) -> 
     assert ("Deployment", "tiny-qwen3-eagle3-extractor") in names
     fetch = next(d for d in docs if d["metadata"]["name"] == "tiny-qwen3-eagle3-fetch")
     args = fetch["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--revision") + 1] == "etag:abc"
+    assert args[args.index("--revision") + 1] == "s3:abc"
 
 
 def test_several_documents_of_both_kinds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

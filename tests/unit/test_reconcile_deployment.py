@@ -140,7 +140,7 @@ def test_retraining_is_a_train_job_from_the_template_pinned_to_the_new_revision(
     assert job["spec"]["verifier"] == {"model": "Qwen/Qwen3-8B", "revision": "0123456789abcdef"}
     assert job["spec"]["deployTo"] == "qwen"
     assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
-    assert retrain_name("qwen", "etag:ABC-def") == "qwen-retrain-abcdef"
+    assert retrain_name("qwen", "s3:ABC-def") == "qwen-retrain-abcdef"
     assert len(retrain_name("x" * 63, "0123456789abcdef")) <= 63
     status = retrain_status({"verifierRevision": "old", "conditions": []}, 2, job["metadata"]["name"], "new", None)
     assert conds(status)["VerifierCurrent"] == ("False", "Retraining")

@@ -144,3 +144,16 @@ def test_audit_exit_codes(tmp_path: Path, report_file: Path) -> None:
     write_checkpoint(tmp_path / "bad", config, tensors)
     assert trainer.audit_checkpoint(str(tmp_path / "bad"), str(tmp_path / "verifier"), "2026.11-vllm0.32") == 1
     assert trainer.audit_checkpoint(str(tmp_path / "nothing"), str(tmp_path / "verifier"), None) == 2
+
+
+def test_the_same_bytes_for_another_verifier_revision_get_their_own_folder(tmp_path: Path, report_file: Path) -> None:
+    root = saved_run(tmp_path / "run")
+    target = tmp_path / "out"
+    assert trainer.publish(str(root), str(target), "Qwen/Qwen3-8B", "rev-a", "ml/a", "2026.11-vllm0.32") == 0
+    first = json.loads(report_file.read_text())
+    assert trainer.publish(str(root), str(target), "Qwen/Qwen3-8B", "rev-b", "ml/b", "2026.11-vllm0.32") == 0
+    second = json.loads(report_file.read_text())
+    assert second["digest"] == first["digest"]  # the same files ...
+    assert second["uri"] != first["uri"]  # ... but each record says what its copy was trained for
+    records = [json.loads((Path(r["uri"]) / trainer.MARKER).read_text()) for r in (first, second)]
+    assert [r["verifierRevision"] for r in records] == ["rev-a", "rev-b"]

@@ -53,7 +53,7 @@ VARIANTS: list[dict[str, Any]] = [
 
 def rendered(spec: dict[str, Any], layers: int = 8, name: str = "tiny") -> Inputs:
     parsed = SpeculatorTrainJobSpec.model_validate({**BASE, **spec})
-    return Inputs(name, "ml", parsed, get_release(), "etag:abc", layers, "uid")
+    return Inputs(name, "ml", parsed, get_release(), "s3:abc", layers, "uid")
 
 
 def tool_argv(command: list[str]) -> list[str] | None:
@@ -156,15 +156,23 @@ def test_the_trainer_entrypoint_runs_the_real_pipeline_and_publishes_to_s3(
     assert reports["train"]["epoch"] == 0
     assert reports["audit"]["audit"]["ok"] is True
 
+    # published to its own content-addressed folder; output.uri's pointer leads there
+    location = reports["publish"]["uri"]
+    assert location.startswith("s3://drafts/tiny/sha256-")
     published = load_checkpoint("s3://drafts/tiny", s3.env())
+    assert published.uri == location
     assert published.config["draft_vocab_size"] == 256  # not the silent full-vocabulary fallback
     assert published.config["speculators_config"]["verifier"]["name_or_path"] == "s3://models/tiny"
-    assert audit(published, verifier=config, release=get_release()).ok
-    marker = json.loads(s3c.get_object(Bucket="drafts", Key="tiny/speculators-provenance.json")["Body"].read())
+    # the record names the verifier revision it was trained for: the audit against that verifier proves it
+    report = audit(published, verifier=config, verifier_revision=revision, release=get_release())
+    assert report.ok
+    assert not [f for f in report.findings if f.rule in ("verifier-revision", "provenance")]
+    key = location.removeprefix("s3://drafts/") + "/speculators-provenance.json"
+    marker = json.loads(s3c.get_object(Bucket="drafts", Key=key)["Body"].read())
     assert marker["digest"] == reports["publish"]["digest"]
     assert marker["verifierRevision"] == revision
-    keys = [o["Key"] for o in s3c.list_objects_v2(Bucket="drafts")["Contents"]]
-    assert not [k for k in keys if ".staging-" in k]
+    assert published.manifest is not None
+    assert all(f.sha256 for f in published.manifest.files if f.name != "speculators-provenance.json")
 
 
 SERVER_SPEC: dict[str, Any] = {  # conversations, rendered by the plain verifier server

@@ -213,7 +213,8 @@ class S3Source(_RangedSource):
     def _uri(self, prefix: str) -> str:
         return f"s3://{self.bucket}/{prefix}" if prefix else f"s3://{self.bucket}"
 
-    def _key(self, name: str) -> str:
+    def key(self, name: str) -> str:
+        """The object key of a file of this checkpoint."""
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def listing(self) -> dict[str, tuple[str, int]]:
@@ -276,7 +277,7 @@ class S3Source(_RangedSource):
     def _get(self, name: str, range_: str | None, etag: str | None) -> tuple[bytes, int]:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(name)}
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self.key(name)}
         if range_:
             kwargs["Range"] = range_
         if etag:
