@@ -239,6 +239,20 @@ def workspace(cluster: Cluster, namespace: str) -> Iterator[Callable[[str], str]
             core.delete_persistent_volume(name)
 
 
+def existing_claim(cluster: Cluster, namespace: str, workspace: Callable[[str], str], name: str) -> str:
+    """A workspace claim made in advance (spec.workspace.claimName), bound to a volume the fixture provides."""
+    claim = client.V1PersistentVolumeClaim(
+        metadata=client.V1ObjectMeta(name=workspace(name)),
+        spec=client.V1PersistentVolumeClaimSpec(
+            access_modes=["ReadWriteMany"],
+            resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+            storage_class_name="",
+        ),
+    )
+    client.CoreV1Api(cluster.api).create_namespaced_persistent_volume_claim(namespace, claim)
+    return name
+
+
 def stj(name: str, store: dict[str, str], creds: str, **spec: Any) -> str:
     """A SpeculatorTrainJob manifest on the store's verifier; `spec` entries replace the defaults."""
     body: dict[str, Any] = {

@@ -10,7 +10,7 @@ import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from .conftest import SMALL, Cluster, eventually, get, sdep
+from .conftest import SMALL, Cluster, eventually, existing_claim, get, sdep
 
 pytestmark = pytest.mark.cluster
 
@@ -124,10 +124,7 @@ def test_verifier_changes_follow_the_upgrade_policy(
     for obj in s3.list_objects_v2(Bucket=bucket, Prefix="good/")["Contents"]:
         s3.copy({"Bucket": bucket, "Key": obj["Key"]}, bucket, f"{retrained}/{obj['Key'].split('/', 1)[1]}")
     # the retraining's workspace: a claim on a volume provided in advance
-    client.CoreV1Api(cluster.api).create_namespaced_persistent_volume_claim(namespace, client.V1PersistentVolumeClaim(
-        metadata=client.V1ObjectMeta(name=workspace("retrain-ws")), spec=client.V1PersistentVolumeClaimSpec(
-            access_modes=["ReadWriteMany"], resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-            storage_class_name="")))  # fmt: skip
+    existing_claim(cluster, namespace, workspace, "retrain-ws")
     report = {"annotations": {"speculators.dev/simulate-message": json.dumps({"speculatorsReport": 1})}}
     template = {"algorithm": "eagle3", "data": {"sources": [store["data"]], "format": "pretokenized"},
                 "output": {"uri": f"s3://{bucket}/{retrained}", "credentials": {"name": creds}},

@@ -20,13 +20,12 @@ from typing import Any
 import boto3
 import pytest
 from kopf.testing import KopfRunner
-from kubernetes import client
 
 from speculator_operator import trainer
 from speculator_operator.checkpoint import read_verifier
 
 from ..ckptgen import eagle3, write_checkpoint
-from .conftest import SMALL, Cluster, eventually, get, sdep
+from .conftest import SMALL, Cluster, eventually, existing_claim, get, sdep, stj
 
 pytestmark = pytest.mark.cluster
 
@@ -69,6 +68,22 @@ def publish(tmp: Path, folder: Path, output: str, verifier: str, revision: str) 
     return json.loads(report.read_text())  # type: ignore[no-any-return]
 
 
+def kwok_run(
+    store: dict[str, str], output: str, creds: str, claim: str, report: dict[str, Any], **output_options: Any
+) -> dict[str, Any]:
+    """A train job spec (without the verifier) whose pods kwok plays: pretokenized data, a workspace claim
+    made in advance, and a publish stage that reports `report` (what the real publish code wrote)."""
+    message = json.dumps({"speculatorsReport": 1, "stage": "publish", **report})
+    return {
+        "algorithm": "eagle3",
+        "data": {"sources": [store["data"]], "format": "pretokenized"},
+        "output": {"uri": output, "credentials": {"name": creds}, **output_options},
+        "workspace": {"claimName": claim},
+        "retries": 0,
+        "stages": {"cpu": {"annotations": {"speculators.dev/simulate-message": message}}},
+    }
+
+
 def template(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
     return get(cluster, namespace, f"deployment/{name}")["spec"]["template"]  # type: ignore[no-any-return]
 
@@ -84,6 +99,13 @@ def stage(pod_template: dict[str, Any], which: str, dest: Path) -> subprocess.Co
         env=dict(os.environ),
         timeout=120,
     )
+
+
+def staged_weights(pod_template: dict[str, Any], dest: Path) -> str:
+    """The sha256 of the weights the draft's stage container of this pod template stages (it must succeed)."""
+    done = stage(pod_template, "draft", dest)
+    assert done.returncode == 0, done.stderr
+    return sha(dest / "model.safetensors")
 
 
 def sha(path: Path) -> str:
@@ -123,9 +145,7 @@ def test_a_draft_replaced_in_place_gets_a_new_revision_and_follows_on_draft_chan
         before[name] = (get(cluster, namespace, f"sdep/{name}")["status"], template(cluster, namespace, name))
     assert before["redeploy"][0]["draftRevision"].startswith("s3:")
     # a replica of the audited revision stages exactly the audited bytes
-    ok = stage(before["paused"][1], "draft", tmp_path / "staged-before")
-    assert ok.returncode == 0, ok.stderr
-    assert sha(tmp_path / "staged-before" / "model.safetensors") == sha(old / "model.safetensors")
+    assert staged_weights(before["paused"][1], tmp_path / "staged-before") == sha(old / "model.safetensors")
 
     # new weights under the same config.json, in place
     for name in ("redeploy", "paused"):
@@ -145,9 +165,7 @@ def test_a_draft_replaced_in_place_gets_a_new_revision_and_follows_on_draft_chan
     assert "auditing it to roll it out" in events(cluster, namespace, "redeploy", "DraftChanged")[0]["message"]
     rolled = template(cluster, namespace, "redeploy")
     assert rolled["metadata"]["annotations"]["speculators.dev/revision"] == st["revision"]
-    staged = stage(rolled, "draft", tmp_path / "staged-new")
-    assert staged.returncode == 0, staged.stderr
-    assert sha(tmp_path / "staged-new" / "model.safetensors") == sha(new / "model.safetensors")
+    assert staged_weights(rolled, tmp_path / "staged-new") == sha(new / "model.safetensors")
 
     # Pause: DraftCurrent=False, a Warning, nothing moves ...
     cluster.kubectl("wait", "-n", namespace, "--for=condition=DraftCurrent=False", "sdep/paused", "--timeout=150s")
@@ -215,26 +233,7 @@ def test_a_retrain_hand_off_keeps_old_replicas_on_the_old_draft(
     # what the retraining will publish (kwok runs no trainer), then the draft that serves now (the pointer)
     retrained = publish(tmp_path, new, output, verifier, new_rev)
     first = publish(tmp_path, old, output, verifier, old_rev)
-    client.CoreV1Api(cluster.api).create_namespaced_persistent_volume_claim(
-        namespace,
-        client.V1PersistentVolumeClaim(
-            metadata=client.V1ObjectMeta(name=workspace("retrain-ws")),
-            spec=client.V1PersistentVolumeClaimSpec(
-                access_modes=["ReadWriteMany"],
-                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-                storage_class_name="",
-            ),
-        ),
-    )
-    message = json.dumps({"speculatorsReport": 1, "stage": "publish", **retrained})
-    train = {
-        "algorithm": "eagle3",
-        "data": {"sources": [store["data"]], "format": "pretokenized"},
-        "output": {"uri": output, "credentials": {"name": creds}},
-        "workspace": {"claimName": "retrain-ws"},
-        "retries": 0,
-        "stages": {"cpu": {"annotations": {"speculators.dev/simulate-message": message}}},
-    }
+    train = kwok_run(store, output, creds, existing_claim(cluster, namespace, workspace, "retrain-ws"), retrained)
     doc = json.loads(sdep("retrain", {**store, "verifier": verifier, "out": output}, "out", creds))
     doc["spec"]["upgradePolicy"] = {"onVerifierChange": "Retrain", "pollIntervalSeconds": 30, "trainTemplate": train}
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
@@ -253,9 +252,7 @@ def test_a_retrain_hand_off_keeps_old_replicas_on_the_old_draft(
 
     job = eventually(retraining, timeout=150)["retrain"]["job"]
     # a replica of the old revision that restarts meanwhile gets the old draft, from its own location ...
-    again = stage(old_template, "draft", tmp_path / "old-replica")
-    assert again.returncode == 0, again.stderr
-    assert sha(tmp_path / "old-replica" / "model.safetensors") == sha(old / "model.safetensors")
+    assert staged_weights(old_template, tmp_path / "old-replica") == sha(old / "model.safetensors")
     # ... and refuses the verifier that moved in place: never the new verifier with the old draft
     moved = stage(old_template, "verifier", tmp_path / "old-replica-verifier")
     assert moved.returncode == 1
@@ -274,14 +271,10 @@ def test_a_retrain_hand_off_keeps_old_replicas_on_the_old_draft(
     assert st["verifierRevision"] == new_rev
     assert get(cluster, namespace, "sdep/retrain")["spec"]["speculator"]["source"] == retrained["uri"]
     new_template = template(cluster, namespace, "retrain")
-    staged = stage(new_template, "draft", tmp_path / "new-replica")
-    assert staged.returncode == 0, staged.stderr
-    assert sha(tmp_path / "new-replica" / "model.safetensors") == sha(new / "model.safetensors")
+    assert staged_weights(new_template, tmp_path / "new-replica") == sha(new / "model.safetensors")
     assert stage(new_template, "verifier", tmp_path / "new-replica-verifier").returncode == 0
     # the old revision's replicas still find their draft where it was published: nothing was overwritten
-    late = stage(old_template, "draft", tmp_path / "old-replica-late")
-    assert late.returncode == 0, late.stderr
-    assert sha(tmp_path / "old-replica-late" / "model.safetensors") == sha(old / "model.safetensors")
+    assert staged_weights(old_template, tmp_path / "old-replica-late") == sha(old / "model.safetensors")
 
 
 def test_retention_deletes_only_what_nothing_names(
@@ -323,33 +316,9 @@ def test_retention_deletes_only_what_nothing_names(
         },
     }
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rs))
-    client.CoreV1Api(cluster.api).create_namespaced_persistent_volume_claim(
-        namespace,
-        client.V1PersistentVolumeClaim(
-            metadata=client.V1ObjectMeta(name=workspace("ws")),
-            spec=client.V1PersistentVolumeClaimSpec(
-                access_modes=["ReadWriteMany"],
-                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-                storage_class_name="",
-            ),
-        ),
-    )
-    message = json.dumps({"speculatorsReport": 1, "stage": "publish", **newest})
-    job = {
-        "apiVersion": "speculators.dev/v1alpha1",
-        "kind": "SpeculatorTrainJob",
-        "metadata": {"name": "keep"},
-        "spec": {
-            "verifier": {"model": store["verifier"], "credentials": {"name": creds}},
-            "algorithm": "eagle3",
-            "data": {"sources": [store["data"]], "format": "pretokenized"},
-            "output": {"uri": output, "credentials": {"name": creds}, "keepLatest": 1},
-            "workspace": {"claimName": "ws"},
-            "retries": 0,
-            "stages": {"cpu": {"annotations": {"speculators.dev/simulate-message": message}}},
-        },
-    }
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job))
+    claim = existing_claim(cluster, namespace, workspace, "ws")
+    job = stj("keep", store, creds, **kwok_run(store, output, creds, claim, newest, keepLatest=1))
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=job)
 
     def applied() -> dict[str, Any]:
         st = get(cluster, namespace, "stj/keep")["status"]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
-from speculator_operator.checkpoint.manifest import FileEntry, Manifest, hub_content, s3_revision, select
+from speculator_operator.checkpoint import CheckpointError, load_checkpoint
+from speculator_operator.checkpoint.manifest import LATEST, FileEntry, Manifest, hub_content, s3_revision, select
 
 DRAFT = {
     "config.json": ("c0ffee", 900),
@@ -113,3 +116,14 @@ def test_hub_content_ignores_what_a_readme_commit_changes() -> None:
     assert hub_content(Manifest.from_listing(files, "verifier")) == hub_content(
         Manifest.from_listing(with_readme, "verifier")
     )
+
+
+def test_a_pointer_leads_only_to_a_folder_beside_it(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    for name in ("../elsewhere", "a/b", "", None):
+        (tmp_path / "out" / LATEST).write_text(json.dumps({"name": name}))
+        with pytest.raises(CheckpointError, match="not a pointer to a folder beside it"):
+            load_checkpoint(str(tmp_path / "out"))
+    (tmp_path / "out" / LATEST).write_text("not json")
+    with pytest.raises(CheckpointError, match="not a pointer"):
+        load_checkpoint(str(tmp_path / "out"))

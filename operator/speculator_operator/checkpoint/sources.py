@@ -249,7 +249,11 @@ class S3Source(_RangedSource):
 
     def _follow(self, etag: str) -> None:
         """Re-point this source at the exact location a `speculators-latest.json` pointer names."""
-        name = pointer_target(self._read_object(LATEST, etag), f"{self.uri}/{LATEST}")
+        try:
+            raw, _ = self._get(LATEST, None, etag)
+        except FileNotFoundError:
+            raise SourceError(f"{self.uri}/{LATEST}: deleted while it was being read; read it again") from None
+        name = pointer_target(raw, f"{self.uri}/{LATEST}")
         self.resolved_from = self.uri
         self.prefix = f"{self.prefix}/{name}" if self.prefix else name
         self.uri = self._uri(self.prefix)
@@ -269,12 +273,8 @@ class S3Source(_RangedSource):
     def content(self) -> str | None:
         return self.revision
 
-    def _read_object(self, name: str, etag: str, range_: str | None = None) -> bytes:
-        """The object's bytes, provided it still has the listed ETag."""
-        data, _ = self._get(name, range_, etag)
-        return data
-
     def _get(self, name: str, range_: str | None, etag: str | None) -> tuple[bytes, int]:
+        """The object's bytes (a range of them) and its size, provided it still has the listed ETag."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self.key(name)}
