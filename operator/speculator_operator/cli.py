@@ -122,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--standalone", action="store_true", help="no peering with other operator instances")
     rn.add_argument("--liveness", metavar="URL", help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
 
+    im = sub.add_parser(
+        "images",
+        help="print the image references of a release (what hack/build-images tags and the renderers use)",
+    )
+    im.add_argument("--release", metavar="NAME", help="default: the default release")
+
     c = sub.add_parser("crds", help="print the CustomResourceDefinitions (or write them into a folder)")
     c.add_argument("--output-dir", metavar="DIR", help="write one YAML file per CRD here (as in crds/)")
     return parser
@@ -143,6 +149,17 @@ def _crds(args: argparse.Namespace) -> int:
             print(f"wrote {out / name}", file=sys.stderr)
     else:
         print("---\n".join(yaml.safe_dump(crd, sort_keys=False) for crd in docs.values()), end="")
+    return 0
+
+
+def _images(args: argparse.Namespace) -> int:
+    from speculator_operator.releases import operator_image
+
+    release = get_release(args.release)
+    print(f"operator {operator_image()}")
+    print(f"trainer {release.image('trainer')}")
+    print(f"server {release.image('server')}")
+    print(f"server-cpu {release.image('server', 'cpu')}")
     return 0
 
 
@@ -352,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             return _audit(args)
         if args.command == "crds":
             return _crds(args)
+        if args.command == "images":
+            return _images(args)
         if args.command == "render":
             return _render(args)
         if args.command == "run":

