@@ -1,8 +1,12 @@
 """Fixtures for tests against a real control plane.
 
 One cluster per test session: if KUBECONFIG is set when the tests start, that cluster is used and
-nothing is started; otherwise the local control plane (etcd, kube-apiserver, controller-manager,
-scheduler, kwok) is started from the binaries of hack/build-kube. One namespace per test.
+nothing is started; otherwise the local cluster (etcd, kube-apiserver, controller-manager, scheduler,
+kwok, and one real node where this machine can run it) is started from the binaries of hack/build-kube
+and the images of hack/build-images. One namespace per test.
+
+SPECULATOR_REQUIRE_NODE=1 (hack/test sets it where it could build the images: root, apt) makes a real
+node that cannot start a failure instead of a reason for the node tests to skip.
 """
 
 from __future__ import annotations
@@ -93,13 +97,33 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         return
 
     workdir = Path(os.environ.get("SPECULATOR_TEST_CLUSTER_DIR") or tmp_path_factory.mktemp("cluster"))
-    local = LocalCluster(workdir, _bin_dir())
+    local = LocalCluster(workdir, _bin_dir(), real_node=True if node_required() else None, timeout=300)
     info = local.start()
     try:
         api = config.new_client_from_config(str(info.kubeconfig))
         yield Cluster(info.kubeconfig, str(info.kubectl), api, info, info.s3)
     finally:
         local.stop()
+
+
+def node_required() -> bool:
+    return os.environ.get("SPECULATOR_REQUIRE_NODE") == "1"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that need no real node to be up (they start and stop their own) run before the session's
+    cluster starts one."""
+    items.sort(key=lambda item: item.get_closest_marker("before_cluster") is None)
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: Cluster) -> str:
+    """The real node's name; the test is skipped (with the reason) where none runs."""
+    if cluster.local is None:
+        pytest.skip("the cluster under test came from KUBECONFIG: no real node of ours")
+    if cluster.local.node is None:
+        pytest.skip(f"no real node here: {cluster.local.node_unavailable}")
+    return cluster.local.node
 
 
 @pytest.fixture

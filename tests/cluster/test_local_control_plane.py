@@ -10,13 +10,17 @@ import pytest
 
 from speculator_operator.localcluster import ComponentError, LocalCluster, stop_recorded
 from speculator_operator.localcluster.cluster import free_port
+from speculator_operator.localcluster.network import GATEWAY
 
 from .conftest import Cluster
 
 pytestmark = pytest.mark.cluster
 
 
-def test_every_listener_is_on_loopback(cluster: Cluster) -> None:
+def test_every_listener_is_on_loopback_or_the_node_gateway(cluster: Cluster) -> None:
+    """Nothing listens beyond this machine: loopback, and — with the real node — the node bridge's gateway
+    address, for the servers the pods must reach (API server, S3, cluster DNS) and the kubelet (which
+    the node's nft table keeps the pods off)."""
     if cluster.local is None:
         pytest.skip("the cluster under test came from KUBECONFIG; its processes are not ours")
     seen: dict[str, list[str]] = {}
@@ -24,10 +28,15 @@ def test_every_listener_is_on_loopback(cluster: Cluster) -> None:
         procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
         for proc in procs:
             for conn in proc.net_connections(kind="inet"):
-                if conn.status == psutil.CONN_LISTEN:
+                if conn.status == psutil.CONN_LISTEN or (conn.type == socket.SOCK_DGRAM and not conn.raddr):
                     seen.setdefault(name, []).append(f"{conn.laddr.ip}:{conn.laddr.port}")
     assert set(seen) >= {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "s3"}
-    outside = {name: addrs for name, addrs in seen.items() if any(not a.startswith("127.0.0.1:") for a in addrs)}
+    allowed = {"127.0.0.1"}
+    if cluster.local.node:
+        assert set(seen) >= {"containerd", "kubelet", "kube-proxy", "coredns"}
+        allowed.add(GATEWAY)
+        assert {a.rsplit(":", 1)[0] for a in seen["coredns"]} == {"127.0.0.1", GATEWAY}
+    outside = {name: addrs for name, addrs in seen.items() if any(a.rsplit(":", 1)[0] not in allowed for a in addrs)}
     assert outside == {}
 
 

@@ -1,5 +1,6 @@
-"""A real local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
-(fake GPU nodes), plus an S3 protocol server, all as processes bound to 127.0.0.1.
+"""A real local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (fake GPU
+nodes), an S3 protocol server, and — where this machine allows — one real node (containerd, kubelet,
+kube-proxy, cluster DNS) running the images hack/build-images built. One module per component.
 
 Used by the test suite (one cluster per session) and by `hack/dev-cluster up|down`.
 """

@@ -1,7 +1,8 @@
-"""`python -m speculator_operator.localcluster up|down|status` (what `hack/dev-cluster` runs).
+"""`python -m speculator_operator.localcluster up|down|status|images` (what `hack/dev-cluster` runs).
 
 `up` prints shell `export` lines on stdout (so `eval "$(hack/dev-cluster up)"` works) and its
-progress on stderr; the processes keep running until `down`.
+progress on stderr; the processes keep running until `down`. `images` imports what hack/build-images
+built into the machine's real node, whichever cluster runs it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from speculator_operator.localcluster import images, node
 from speculator_operator.localcluster.cluster import (
+    CACHE,
     ComponentError,
     LocalCluster,
     load_state,
@@ -23,13 +26,24 @@ from speculator_operator.localcluster.cluster import (
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dev-cluster", description=__doc__)
-    parser.add_argument("command", choices=["up", "down", "status"])
-    parser.add_argument("--dir", type=Path, required=True, help="folder for state, PKI, data and logs")
+    parser.add_argument("command", choices=["up", "down", "status", "images"])
+    parser.add_argument("--dir", type=Path, help="folder for state, PKI, data and logs (not for images)")
     parser.add_argument("--bin-dir", type=Path, help="folder with the built binaries (hack/build-kube)")
     parser.add_argument("--gpu-nodes", type=int, default=2)
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--no-s3", action="store_true", help="do not start the S3 server")
+    parser.add_argument(
+        "--real-node",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="one real node (auto: where this machine can run it, saying why not otherwise)",
+    )
+    parser.add_argument("--if-running", action="store_true", help="images: do nothing when no real node runs")
     args = parser.parse_args(argv)
+    if args.command == "images":
+        return _images(args.if_running)
+    if args.dir is None:
+        parser.error("--dir is required")
     workdir: Path = args.dir.resolve()
 
     if args.command == "down":
@@ -62,8 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.bin_dir is None:
         parser.error("--bin-dir is required for up")
+    wanted = {"auto": None, "yes": True, "no": False}[args.real_node]
     cluster = LocalCluster(
-        workdir, args.bin_dir, gpu_nodes=args.gpu_nodes, gpus_per_node=args.gpus_per_node, with_s3=not args.no_s3
+        workdir,
+        args.bin_dir,
+        gpu_nodes=args.gpu_nodes,
+        gpus_per_node=args.gpus_per_node,
+        with_s3=not args.no_s3,
+        real_node=wanted,
+        timeout=300,
     )
     t0 = time.monotonic()
     try:
@@ -78,6 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     assert state is not None
     _print_exports(state)
     del info
+    return 0
+
+
+def _images(if_running: bool) -> int:
+    holder = node.lock_holder()
+    workdir = Path(holder) if holder else None
+    if workdir is None or not (load_state(workdir) or {}).get("node"):
+        print("dev-cluster: no real node runs: nothing to import into", file=sys.stderr)
+        return 0 if if_running else 1
+    imported = images.import_built(workdir, CACHE, lambda m: print(m, file=sys.stderr))
+    print(f"dev-cluster: {len(imported)} image(s) imported into the real node", file=sys.stderr)
     return 0
 
 

@@ -1,5 +1,8 @@
 """Certificates for the local control plane: one CA, a serving certificate for the API server,
-a client certificate in `system:masters`, and the service-account signing key pair."""
+a client certificate in `system:masters`, the real node's kubelet (`system:node:NAME` in
+`system:nodes`, which the Node authorizer and NodeRestriction accept) and kube-proxy
+(`system:kube-proxy`, bound to `system:node-proxier` by default), and the service-account signing key
+pair."""
 
 from __future__ import annotations
 
@@ -30,8 +33,9 @@ def _name(cn: str, org: str | None = None) -> x509.Name:
     return x509.Name(attrs)
 
 
-def write_pki(directory: Path) -> dict[str, Path]:
-    """Write ca.crt/key, apiserver.crt/key, admin.crt/key, sa.key/pub into `directory`."""
+def write_pki(directory: Path, server_ips: tuple[str, ...] = (), node: str | None = None) -> dict[str, Path]:
+    """Write ca.crt/key, apiserver.crt/key (also valid for `server_ips`), admin.crt/key, sa.key/pub and,
+    for a real node named `node`, node.crt/key and kube-proxy.crt/key into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     until = now + dt.timedelta(days=3650)
@@ -89,6 +93,7 @@ def write_pki(directory: Path) -> dict[str, Path]:
         [
             x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
             x509.IPAddress(ipaddress.ip_address("10.96.0.1")),  # the `kubernetes` Service
+            *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips),
             x509.DNSName("localhost"),
             x509.DNSName("kubernetes"),
             x509.DNSName("kubernetes.default"),
@@ -96,6 +101,10 @@ def write_pki(directory: Path) -> dict[str, Path]:
         ],
     )
     admin, admin_key = leaf("speculator-operator-admin", "system:masters", ExtendedKeyUsageOID.CLIENT_AUTH, None)
+    clients = {}
+    if node:
+        clients["node"] = leaf(f"system:node:{node}", "system:nodes", ExtendedKeyUsageOID.CLIENT_AUTH, None)
+        clients["kube-proxy"] = leaf("system:kube-proxy", None, ExtendedKeyUsageOID.CLIENT_AUTH, None)
     sa_key = _key()
 
     files = {
@@ -110,6 +119,9 @@ def write_pki(directory: Path) -> dict[str, Path]:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         ),
     }
+    for who, (cert, key) in clients.items():
+        files[f"{who}.crt"] = cert.public_bytes(serialization.Encoding.PEM)
+        files[f"{who}.key"] = _pem_key(key)
     paths = {}
     for name, data in files.items():
         path = directory / name

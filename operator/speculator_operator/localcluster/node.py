@@ -1,0 +1,187 @@
+"""One real node beside kwok's fakes: containerd, the kubelet, kube-proxy and the cluster DNS on a bridge
+network this host owns, running the images `hack/build-images` built. Only one fits on a machine (fixed
+ports, kube-proxy's tables, the bridge): a lock, held by the node's containerd, keeps a second one out.
+
+`unavailable()` says why a node cannot run here (then the cluster starts without it); `prepare()` takes
+the lock and makes the network before the API server starts on the gateway address; `start()` starts the
+components; `teardown()` lets the kubelet remove the pods, stops the components and undoes every trace
+(traces.py), from this process or from the state another process recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speculator_operator.localcluster import containerd, coredns, images, kubelet, kubeproxy, network, traces
+from speculator_operator.localcluster.apiserver import Api, write_kubeconfig
+from speculator_operator.localcluster.process import ComponentError, Supervisor, tail
+
+LOCK = Path("/run/speculator-operator/node.lock")
+BINARIES = ("kubelet", "kube-proxy", "coredns")
+HOST_TOOLS = {
+    "containerd": containerd.CONTAINERD,
+    "runc": containerd.RUNC,
+    "ctr": containerd.CTR,
+    "CNI bridge plugin": f"{containerd.CNI_BIN}/bridge",
+    "nft": "/usr/sbin/nft",
+    "ip": "/usr/sbin/ip",
+}
+COMPONENTS = ("containerd", "kubelet", "coredns", "kube-proxy")
+
+
+class NodeUnavailable(Exception):
+    """Why the real node cannot run here."""
+
+
+def unavailable(bin_dir: Path, cache: Path) -> str | None:
+    """Why a real node cannot run on this machine, or None."""
+    if os.geteuid() != 0:
+        return "not root (the kubelet, containerd and the bridge network need root)"
+    missing = [what for what, path in HOST_TOOLS.items() if not os.access(path, os.X_OK)]
+    if missing:
+        return f"missing on this host: {', '.join(missing)} (hack/test installs them with apt-get)"
+    missing = [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
+    if missing:
+        return f"binaries not built: {', '.join(missing)} (run hack/build-kube)"
+    if containerd.PAUSE_IMAGE not in images.built_list(cache):
+        return "no images built (run hack/build-images)"
+    return None
+
+
+def lock_holder() -> str:
+    with contextlib.suppress(OSError):
+        return LOCK.read_text().strip()
+    return ""
+
+
+def acquire_lock(workdir: Path) -> int:
+    """The machine's one real node is ours until the returned fd (and every process given it) closes."""
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise NodeUnavailable(
+            f"a real node already runs on this machine (cluster in {lock_holder() or 'an unknown folder'}); "
+            "stop it first (hack/dev-cluster down --dir THAT_FOLDER)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(workdir).encode())
+    return fd
+
+
+@dataclass
+class Prepared:
+    lock_fd: int
+    undo: dict[str, Any]  # network.up's record
+    dirs_before: list[str]
+    imported: list[str] = field(default_factory=list)
+
+
+def prepare(workdir: Path, service_cidr: str) -> Prepared:
+    """Take the machine's node lock and make the bridge network (before the API server binds its gateway)."""
+    before = traces.snapshot()["dirs"]
+    fd = acquire_lock(workdir)
+    try:
+        undo = network.up(service_cidr)
+    except BaseException:
+        os.close(fd)
+        raise
+    return Prepared(fd, undo, before)
+
+
+def start(sup: Supervisor, prepared: Prepared, pki: dict[str, Path], api: Api, cache: Path, service_cidr: str) -> None:
+    """containerd (the images imported), the kubelet (until the node is Ready), the DNS, kube-proxy."""
+    t0 = time.monotonic()
+    containerd.start(sup, cache, service_cidr, prepared.lock_fd)
+    t1 = time.monotonic()
+    try:
+        prepared.imported = images.import_built(sup.workdir, cache, sup.say)
+    except RuntimeError as exc:
+        raise ComponentError("containerd", str(exc)) from None
+    sup.durations["node-images"] = time.monotonic() - t1
+    server = api.server
+    node_kc = write_kubeconfig(sup.workdir / "node.kubeconfig", server, pki, "node")
+    proxy_kc = write_kubeconfig(sup.workdir / "kube-proxy.kubeconfig", server, pki, "kube-proxy")
+    admin_kc = sup.workdir / "kubeconfig"
+    kubelet.start(sup, node_kc, pki["ca.crt"], network.GATEWAY, containerd.socket_path(sup.workdir))
+    wait_ready(sup, api)
+    coredns.start(sup, admin_kc)
+    kubeproxy.start(sup, proxy_kc)
+    sup.durations["node"] = time.monotonic() - t0
+
+
+def wait_ready(sup: Supervisor, api: Api) -> None:
+    t0 = time.monotonic()
+    deadline = t0 + sup.timeout
+    while time.monotonic() < deadline:
+        sup.check_running()
+        with contextlib.suppress(OSError, ValueError):
+            node = api.call("GET", f"/api/v1/nodes/{kubelet.NODE_NAME}")
+            conditions = (node.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                sup.durations["node-ready"] = time.monotonic() - t0
+                took = sup.durations["node-ready"]
+                sup.say(f"local-cluster: real node {kubelet.NODE_NAME} Ready {took:.1f} s after the kubelet started")
+                return
+        time.sleep(0.2)
+    problem = f"node {kubelet.NODE_NAME} not Ready within {sup.timeout:.0f} s"
+    raise ComponentError("kubelet", problem, tail(sup.log_path("kubelet")))
+
+
+def record(prepared: Prepared) -> dict[str, Any]:
+    """What another process needs to take the node down (the state file's `node`)."""
+    return {"name": kubelet.NODE_NAME, "undo": prepared.undo, "dirs_before": prepared.dirs_before}
+
+
+def _delete_pods(api: Api | None, workdir: Path, timeout: float = 90) -> None:
+    """Delete the node's pods and wait until the kubelet has stopped them (CNI teardown, unmounts)."""
+    if api is not None:
+        with contextlib.suppress(OSError, ValueError):
+            pods = api.call("GET", f"/api/v1/pods?fieldSelector=spec.nodeName={kubelet.NODE_NAME}")["items"]
+            for pod in pods:
+                meta = pod["metadata"]
+                with contextlib.suppress(OSError, ValueError):
+                    path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+                    api.call("DELETE", path, {"gracePeriodSeconds": 0})
+    pods_dir = kubelet.root_dir(workdir) / "pods"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        busy = containerd.running_tasks(workdir) if containerd.socket_path(workdir).exists() else []
+        mounted = [m for m in traces.mounts() if m.startswith(str(pods_dir) + "/")]
+        if not busy and not mounted:
+            return
+        time.sleep(0.5)
+
+
+def teardown(workdir: Path, rec: dict[str, Any], api: Api | None, stop: Callable[[str], None]) -> list[str]:
+    """Take the node down and undo its traces; `stop(name)` stops one of its components. Returns what
+    was undone (for the log)."""
+    done: list[str] = []
+    _delete_pods(api, workdir)
+    for name in ("kube-proxy", "coredns", "kubelet"):
+        stop(name)
+    done += kubeproxy.remove_tables()
+    if containerd.socket_path(workdir).exists():
+        with contextlib.suppress(OSError, ValueError):
+            for task in containerd.running_tasks(workdir):
+                containerd.ctr(workdir, "tasks", "kill", "--signal", "SIGKILL", task)
+            containerd.remove_containers(workdir)
+    stop("containerd")  # the node lock goes with it
+    done += traces.unmount_under(
+        kubelet.root_dir(workdir), workdir / "containerd", Path("/run/containerd"), Path("/run/netns")
+    )
+    done += traces.remove_cgroups()
+    done += network.down(rec.get("undo") or {})
+    done += traces.remove_new_dirs(list(rec.get("dirs_before") or []))  # the lock's folder among them
+    shutil.rmtree(kubelet.root_dir(workdir), ignore_errors=True)
+    return done
