@@ -215,3 +215,13 @@ def test_the_exact_published_location_is_handed_off_and_retention_runs_once() ->
     assert run(observed(status=pruned), spec).prune is None
     assert not resync_due(spec.model_dump(by_alias=True, exclude_none=True), pruned)
     assert run(observed(jobs={s: job("done") for s in ORDER}, reports=reports)).prune is None  # not asked for
+
+
+def test_a_stuck_stage_pod_is_named_in_the_status() -> None:
+    obs = observed(jobs={"fetch": job("running")})
+    obs.stuck["fetch"] = ("ErrImagePull", "pod q-fetch-x, container main: ErrImagePull: connection refused")
+    p = run(obs)
+    conds = {c["type"]: c for c in p.status["conditions"]}
+    assert conds["Ready"]["reason"] == "ErrImagePull"
+    assert "connection refused" in conds["Ready"]["message"]
+    assert "ErrImagePull" in p.status["stages"][0]["message"]

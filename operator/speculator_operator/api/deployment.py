@@ -137,6 +137,18 @@ class Serving(Model):
     shutdown_timeout_seconds: int = Field(
         default=60, ge=0, le=3600, description="vLLM drains this long on SIGTERM; the pod's grace period is longer."
     )
+    image: str | None = Field(
+        default=None,
+        max_length=512,
+        description="The server image (default: the release's, `speculator-operator images`), e.g. its cpu variant "
+        "for CPU nodes or a copy in one's own registry. It must hold this package and the release's vLLM.",
+    )
+    env: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=64,
+        description="More environment variables for vLLM (name/value or valueFrom), e.g. VLLM_CPU_KVCACHE_SPACE.",
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    )
 
 
 class UpgradePolicy(Model):

@@ -30,6 +30,7 @@ from speculator_operator.controllers.kube import (
     api_message,
     apply_children,
     current_child,
+    list_pods,
     secret_data,
 )
 from speculator_operator.reconcile import Problem, parse_spec
@@ -41,6 +42,7 @@ from speculator_operator.reconcile.deployment import (
     draft_change,
     failed,
     holds_for_retrain,
+    needs_pods,
     plan,
     refresh_serving,
     retrain_due,
@@ -49,6 +51,7 @@ from speculator_operator.reconcile.deployment import (
     train_job_output,
     verifier_change,
 )
+from speculator_operator.reconcile.pods import pod_problem
 from speculator_operator.releases import get_release
 from speculator_operator.render.serving import MANAGED_BY
 
@@ -84,6 +87,8 @@ def _observe_inputs(
     name: str, namespace: str, spec: SpeculatorDeploymentSpec, generation: int, status: dict[str, Any]
 ) -> Observed:
     obs = Observed(generation=generation, status=status, child=current_child(namespace, name))
+    if obs.child is not None and needs_pods(status):
+        obs.pods = deployment_pods(namespace, name)
     located = _draft_location(spec, namespace)
     if isinstance(located, Problem):
         obs.problem = (located.reason, located.message)
@@ -132,6 +137,10 @@ def _observe_inputs(
 
 def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
     kube.write_status(PLURAL, namespace, name, old, new)
+
+
+def deployment_pods(namespace: str, name: str) -> list[dict[str, Any]]:
+    return list_pods(namespace, f"speculators.dev/deployment={name}")
 
 
 def _post(body: kopf.Body, p: Plan) -> None:
@@ -307,12 +316,9 @@ def train_job_changed(*, body: kopf.Body, namespace: str | None, **_: Any) -> No
         _reconcile(obj, obj.spec, obj.meta, obj.status, meta["name"], namespace, meta["uid"])
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
-def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
-    """A child Deployment moved: refresh the owner's replica counts and readiness."""
-    owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
-    if not owner or not type or namespace is None:
-        return
+def refresh_owner(namespace: str, owner: str, child: dict[str, Any] | None) -> None:
+    """Refresh the owner's replica counts and readiness from its child Deployment (and, while it rolls
+    out, the pods' own words)."""
     objects = client.CustomObjectsApi(api())
     try:
         parent = cast(dict[str, Any], objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, owner))
@@ -325,10 +331,31 @@ def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any
     except ValidationError:
         return
     status = dict(parent.get("status") or {})
-    child = None if type == "DELETED" else dict(body)
-    write_status(
-        namespace, owner, status, refresh_serving(parsed, status, child, int(parent["metadata"]["generation"]))
-    )
+    pods = deployment_pods(namespace, owner) if needs_pods(status) else None
+    generation = int(parent["metadata"]["generation"])
+    write_status(namespace, owner, status, refresh_serving(parsed, status, child, generation, pods))
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
+def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
+    """A child Deployment moved: refresh the owner's replica counts and readiness."""
+    owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
+    if not owner or not type or namespace is None:
+        return
+    refresh_owner(namespace, owner, None if type == "DELETED" else dict(body))
+
+
+_serving_pods = {"app.kubernetes.io/managed-by": MANAGED_BY, "speculators.dev/deployment": kopf.PRESENT}
+
+
+@kopf.on.event("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]
+def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
+    """A serving pod got stuck (an image the node cannot get, a crash loop, no node for it): its owner says
+    so. Other pod events change nothing the Deployment's own status does not already say."""
+    owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
+    if not owner or namespace is None or type == "DELETED" or pod_problem(dict(body)) is None:
+        return
+    refresh_owner(namespace, owner, current_child(namespace, owner))
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=60, idle=30)
@@ -341,5 +368,7 @@ def resync(
     if namespace is None or parsed is None:
         return
     current = dict(status or {})
+    pods = deployment_pods(namespace, name) if needs_pods(current) else None
+    generation = int(meta.get("generation") or 0)
     write_status(namespace, name, current, refresh_serving(parsed, current, current_child(namespace, name),
-                                                           int(meta.get("generation") or 0)))  # fmt: skip
+                                                           generation, pods))  # fmt: skip

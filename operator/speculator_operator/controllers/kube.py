@@ -51,6 +51,12 @@ def current_child(namespace: str, name: str) -> dict[str, Any] | None:
     return result
 
 
+def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
+    pods = client.CoreV1Api(api()).list_namespaced_pod(namespace, label_selector=selector)
+    serialize = api().sanitize_for_serialization
+    return [serialize(p) for p in pods.items]
+
+
 def _applied_hash(obj: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -31,6 +31,7 @@ from speculator_operator.controllers.kube import (
 )
 from speculator_operator.controllers.retention import prune_outputs
 from speculator_operator.reconcile import Problem, parse_spec
+from speculator_operator.reconcile.pods import pod_problem, terminated_words
 from speculator_operator.reconcile.trainjob import (
     Observed,
     Plan,
@@ -56,13 +57,17 @@ def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, 
 
 
 def _terminated(pod: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(finishedAt, message) of the pod's main container once it has terminated."""
+    """(finishedAt, message) of the pod's main container once it has terminated; a failure's message
+    starts with the kubelet's reason and the exit code (`OOMKilled (exit code 137): ...`)."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         if cs.get("name") != "main":
             continue
         term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
         if term:
-            return term.get("finishedAt"), term.get("message")
+            message = term.get("message")
+            if term.get("exitCode"):
+                message = f"{terminated_words(term)}: {message or ''}".rstrip(": ")
+            return term.get("finishedAt"), message
     return None, None
 
 
@@ -86,7 +91,12 @@ def observe_children(namespace: str, name: str, obs: Observed) -> None:
     for pod in (serialize(p) for p in pods.items):
         stage = (pod["metadata"].get("labels") or {}).get("speculators.dev/stage")
         phase = (pod.get("status") or {}).get("phase")
-        if stage not in obs.jobs or phase not in ("Succeeded", "Failed"):
+        if stage not in obs.jobs:
+            continue
+        if phase not in ("Succeeded", "Failed"):
+            problem = pod_problem(pod)
+            if problem:
+                obs.stuck.setdefault(stage, problem)
             continue
         finished, message = _terminated(pod)
         if phase == "Succeeded":
@@ -253,9 +263,17 @@ def _owner_event(body: kopf.Body, namespace: str | None, type: str | None, **_: 
         reconcile_object({"metadata": {"name": owner, "namespace": namespace}})
 
 
+def _pod_event(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
+    """A stage pod got stuck (an image the node cannot get, a crash loop): the run says so."""
+    owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL)
+    if owner and namespace and type != "DELETED" and pod_problem(dict(body)) is not None:
+        reconcile_object({"metadata": {"name": owner, "namespace": namespace}})
+
+
 _children = {"labels": {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL: kopf.PRESENT}}
 kopf.on.event("batch", "v1", "jobs", **_children)(_owner_event)  # type: ignore[arg-type]
 kopf.on.event("apps", "v1", "deployments", **_children)(_owner_event)  # type: ignore[arg-type]
+kopf.on.event("", "v1", "pods", **_children)(_pod_event)  # type: ignore[arg-type]
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=60, idle=30)

@@ -30,10 +30,12 @@ from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint import AuditReport, Manifest
 from speculator_operator.reconcile import Problem
+from speculator_operator.reconcile.pods import first_problem
 from speculator_operator.releases import Release
 from speculator_operator.render.serving import Draft, Inputs, RenderError, num_speculative_tokens, render
 
 MAX_FINDINGS = 20
+REVISION_LABEL = "speculators.dev/revision"
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Observed:
     problem: tuple[str, str] | None = None  # (reason, message) when an input could not be read
     child: dict[str, Any] | None = None  # the current Deployment, if any
     draft_source: str | None = None
+    pods: list[dict[str, Any]] | None = None  # its pods, read only while it is not rolled out
     verifier_content: str | None = None  # the identity of the verifier files vLLM reads
     verifier_manifest: Manifest | None = None  # an s3 verifier's files, for the pods' stage container
 
@@ -73,9 +76,14 @@ def failed(obs: Observed, reason: str, message: str, phase: str = "Failed") -> P
 
 
 def serving_status(
-    spec: SpeculatorDeploymentSpec, revision: str | None, child: dict[str, Any] | None
+    spec: SpeculatorDeploymentSpec,
+    revision: str | None,
+    child: dict[str, Any] | None,
+    pods: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Replica counts and the Serving readiness of the current revision, from the child Deployment."""
+    """Replica counts and the Serving readiness of the current revision, from the child Deployment; while
+    not rolled out, a stuck pod of that revision (an image the node cannot get, a crash loop) gives the
+    reason and the kubelet's words."""
     want = spec.serving.replicas
     if child is None:
         return {"ready": False, "reason": "NotDeployed", "replicas": want, "readyReplicas": 0, "updatedReplicas": 0}
@@ -87,8 +95,14 @@ def serving_status(
     available = st.get("availableReplicas", 0) or 0
     done = current and observed and updated >= want and available >= want and (st.get("replicas", 0) or 0) == want
     reason = "ScaledToZero" if want == 0 and done else ("RolledOut" if done else "RollingOut")
-    return {"ready": done, "reason": reason, "replicas": want, "readyReplicas": ready,
-            "updatedReplicas": updated if current else 0}  # fmt: skip
+    out = {"ready": done, "reason": reason, "replicas": want, "readyReplicas": ready,
+           "updatedReplicas": updated if current else 0}  # fmt: skip
+    if not done and pods:
+        mine = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL) == revision]
+        problem = first_problem(mine)
+        if problem:
+            out["reason"], out["problem"] = problem
+    return out
 
 
 def plan(
@@ -155,8 +169,8 @@ def plan(
         rendered = render(inputs)
     except RenderError as exc:
         return failed(obs, "InvalidSpec", str(exc))
-    serving = serving_status(spec, rendered.revision, obs.child)
-    serving_reason, serving_message = serving["reason"], f"revision {rendered.revision}"
+    serving = serving_status(spec, rendered.revision, obs.child, obs.pods)
+    serving_reason, serving_message = serving["reason"], serving.get("problem") or f"revision {rendered.revision}"
     for reason, message in rendered.notes:
         serving_message += f"; {reason}: {message}"
     ready = serving["ready"]
@@ -184,23 +198,36 @@ def plan(
     return Plan(rendered.children, status, events)
 
 
-def refresh_serving(spec: SpeculatorDeploymentSpec, status: dict[str, Any], child: dict[str, Any] | None,
-                    generation: int) -> dict[str, Any]:  # fmt: skip
-    """The status after the child Deployment changed (no new audit, no new render)."""
+def refresh_serving(
+    spec: SpeculatorDeploymentSpec,
+    status: dict[str, Any],
+    child: dict[str, Any] | None,
+    generation: int,
+    pods: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The status after the child Deployment (or one of its pods) changed (no new audit, no new render)."""
     if status.get("phase") not in ("Deploying", "Ready") or not status.get("revision"):
         return status
-    serving = serving_status(spec, status["revision"], child)
+    serving = serving_status(spec, status["revision"], child, pods)
     ready = serving["ready"]
+    replicas = f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {status['revision']} ready"
     return merge_status(
         status, generation,
-        make_condition(generation, "Serving", ready, serving["reason"], f"revision {status['revision']}"),
+        make_condition(generation, "Serving", ready, serving["reason"],
+                       serving.get("problem") or f"revision {status['revision']}"),
         make_condition(generation, "Ready", ready, "Ready" if ready else "RollingOut",
-              f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {status['revision']} ready"),
+                       replicas + (f"; {serving['problem']}" if serving.get("problem") else "")),
         phase="Ready" if ready else "Deploying",
         replicas=serving["replicas"],
         readyReplicas=serving["readyReplicas"],
         updatedReplicas=serving["updatedReplicas"],
     )  # fmt: skip
+
+
+def needs_pods(status: dict[str, Any]) -> bool:
+    """Whether the pods are worth reading: only while a revision is rolling out (a Ready resource costs
+    no reads)."""
+    return status.get("phase") == "Deploying"
 
 
 def verifier_change(

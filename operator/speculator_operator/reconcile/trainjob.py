@@ -12,7 +12,7 @@ Servers exist only while a stage needs them (they hold GPUs).
 Phases: Pending, Regenerating, Preparing, Extracting, Training, Auditing, Publishing, Succeeded, Failed.
 Condition reasons:
 - Ready: Succeeded | Running | WaitingForServer | StageFailed | InvalidSpec | ReleaseUnsupported |
-  VerifierUnreadable
+  VerifierUnreadable | the kubelet's reason for a stuck stage pod (ImagePullBackOff, CrashLoopBackOff, ...)
 - Failed: StageFailed | InvalidSpec | ReleaseUnsupported | AuditFailed
 - Audited: AuditPassed | AuditFailed
 - Published: Published
@@ -57,6 +57,7 @@ class Observed:
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> Job
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> report of its succeeded pod
     failures: dict[str, str] = field(default_factory=dict)  # stage -> the last failed pod's message (log tail)
+    stuck: dict[str, tuple[str, str]] = field(default_factory=dict)  # stage -> a stuck pod's (reason, message)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> Deployment
 
 
@@ -238,6 +239,12 @@ def plan(
     if not exists and ready_reason == "Running":
         # a Job's pod template is immutable: it is created once and then only observed
         apply += current.children
+    if exists and current.name in obs.stuck:
+        ready_reason, problem = obs.stuck[current.name]
+        message = f"stage {current.name}: {problem}"
+        for row in stage_rows:
+            if row["name"] == current.name:
+                row["message"] = message
     status = merge_status(
         current_status, gen, *conds,
         make_condition(gen, "Ready", False, ready_reason, message),

@@ -30,6 +30,16 @@ SHM = "/dev/shm"  # noqa: S108 - a memory-backed volume for NCCL and the data lo
 GPU = "nvidia.com/gpu"
 MANAGED_BY = "speculator-operator"
 DRAFT_ANNOTATION = "speculators.dev/draft-location"
+USER_ID = 65532  # the images' non-root user (operator_image/, server_image/, trainer_image/)
+# what the Pod Security Standard `restricted` asks of a pod and of each of its containers
+POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": USER_ID,
+    "runAsGroup": USER_ID,
+    "fsGroup": USER_ID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 METHOD = {"eagle3": "eagle3", "peagle": "eagle3", "dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
 
@@ -191,12 +201,18 @@ def _stage(
         args += ["--manifest", manifest.to_arg()]
     return {
         "name": f"stage-{what}",
-        "image": inputs.release.image("server"),
+        "image": server_image(inputs),
         "command": ["speculator-operator"],
         "args": args,
         "envFrom": _env_from(inputs),
         "volumeMounts": [{"name": "models", "mountPath": "/models"}],
+        "securityContext": CONTAINER_SECURITY,
     }
+
+
+def server_image(inputs: Inputs) -> str:
+    """serving.image, else the release's server image for this package version."""
+    return inputs.spec.serving.image or inputs.release.image("server")
 
 
 def render(inputs: Inputs) -> Rendered:
@@ -247,13 +263,14 @@ def render(inputs: Inputs) -> Rendered:
         serve += ["--verifier-content", inputs.verifier_content]
     container = {
         "name": "vllm",
-        "image": inputs.release.image("server"),
+        "image": server_image(inputs),
         "command": [*serve, "--"],
         "args": args,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": [
             {"name": "HF_HOME", "value": "/models/hf-home"},
             {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+            *(spec.serving.env or []),
         ],
         "envFrom": _env_from(inputs),
         "resources": resources,
@@ -265,12 +282,14 @@ def render(inputs: Inputs) -> Rendered:
         },  # loading big models takes a while: up to 30 min
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 6},
+        "securityContext": CONTAINER_SECURITY,
     }
     tolerations = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}, *(spec.serving.tolerations or [])]
     pod_labels = {**labels(name), "speculators.dev/revision": revision}
     # what this revision's pods stage: retention never deletes a location a ReplicaSet still names
     pod_annotations = {"speculators.dev/revision": revision, DRAFT_ANNOTATION: source}
     pod: dict[str, Any] = {
+        "securityContext": POD_SECURITY,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": spec.serving.shutdown_timeout_seconds + 30,
         "initContainers": init,

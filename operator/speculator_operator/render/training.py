@@ -25,7 +25,17 @@ from typing import Any
 from speculator_operator.api.common import API_VERSION
 from speculator_operator.api.trainjob import PodOptions, SpeculatorTrainJobSpec
 from speculator_operator.releases import DFLASH_FAMILY, Release, supports
-from speculator_operator.render.serving import GPU, MANAGED_BY, PORT, SHM, SHM_SIZE, RenderError, pvc_volume
+from speculator_operator.render.serving import (
+    CONTAINER_SECURITY,
+    GPU,
+    MANAGED_BY,
+    POD_SECURITY,
+    PORT,
+    SHM,
+    SHM_SIZE,
+    RenderError,
+    pvc_volume,
+)
 
 WORKSPACE = "/workspace"
 VERIFIER = f"{WORKSPACE}/verifier"
@@ -246,8 +256,10 @@ def _pod(inputs: Inputs, stage: str, opts: PodOptions, container: dict[str, Any]
         "volumeMounts": [*mounts, *container.get("volumeMounts", [])],
         # a failing stage leaves its log tail in the pod status, where the operator reads it
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": CONTAINER_SECURITY,
     }
     spec: dict[str, Any] = {
+        "securityContext": POD_SECURITY,
         "enableServiceLinks": False,
         "containers": [container],
         "volumes": [*volumes, *(extra_volumes or [])],

@@ -1,0 +1,57 @@
+"""What the kubelet says about a pod that cannot make progress, in its own words, so that a resource
+shows it (a condition, a stage's message) instead of a silent Deploying or Running: an image it cannot
+get, a container it cannot create, one that keeps crashing, one the kernel killed for memory, a pod no
+node can take."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# waiting reasons that do not resolve themselves
+STUCK = frozenset({
+    "ErrImageNeverPull", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
+    "CreateContainerError", "CrashLoopBackOff", "RunContainerError", "PreCreateHookError",
+})  # fmt: skip
+MAX_MESSAGE = 600
+
+
+def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    st = pod.get("status") or {}
+    return [*(st.get("initContainerStatuses") or []), *(st.get("containerStatuses") or [])]
+
+
+def terminated_words(term: dict[str, Any]) -> str:
+    """`OOMKilled (exit code 137)`, `Error (exit code 2)`: a terminated container's reason and code."""
+    reason = term.get("reason") or "Terminated"
+    code = term.get("exitCode")
+    return f"{reason} (exit code {code})" if code is not None else str(reason)
+
+
+def pod_problem(pod: dict[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) when the pod is stuck; None while it is fine or still starting."""
+    name = (pod.get("metadata") or {}).get("name", "pod")
+    for cs in _statuses(pod):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason in STUCK:
+            message = f"pod {name}, container {cs.get('name')}: {reason}: {waiting.get('message') or ''}".rstrip(": ")
+            last = (cs.get("lastState") or {}).get("terminated")
+            if last:
+                message += f" (last: {terminated_words(last)})"
+            return str(reason), message[:MAX_MESSAGE]
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term.get("reason") == "OOMKilled":
+            return "OOMKilled", f"pod {name}, container {cs.get('name')}: {terminated_words(term)}"[:MAX_MESSAGE]
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason"):
+            return str(cond["reason"]), f"pod {name}: {cond.get('message') or cond['reason']}"[:MAX_MESSAGE]
+    return None
+
+
+def first_problem(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """The first stuck pod's (reason, message), by pod name: the same answer for the same pods."""
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", "")):
+        found = pod_problem(pod)
+        if found:
+            return found
+    return None
