@@ -1,9 +1,10 @@
-"""Make the demo's models and put them in the local S3 server (bucket `models`): a small Qwen3 verifier's
-config.json, an EAGLE-3 draft for it shaped as speculators 0.9.0 writes one, a copy of the draft
+"""Make the demo's models and put them in the local S3 server (bucket `models`, or $DEMO_BUCKET): a small
+Qwen3 verifier's config.json, an EAGLE-3 draft for it shaped as speculators 0.9.0 writes one, a copy of the draft
 with a broken fc layer, and a few chat rows for the sample train job. Uses the AWS_* variables that
 `hack/dev-cluster up` exports."""
 
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -17,11 +18,12 @@ from tests.ckptgen import eagle3, write_checkpoint
 
 def main() -> None:
     s3 = boto3.client("s3")
-    if "models" not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
-        s3.create_bucket(Bucket="models")
+    bucket = os.environ.get("DEMO_BUCKET", "models")
+    if bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+        s3.create_bucket(Bucket=bucket)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        config, tensors = eagle3(VERIFIER, draft_vocab=1024, verifier_name="s3://models/tiny-qwen3")
+        config, tensors = eagle3(VERIFIER, draft_vocab=1024, verifier_name=f"s3://{bucket}/tiny-qwen3")
         write_checkpoint(root / "tiny-qwen3-eagle3", config, tensors, sparse=False)
         broken = dict(tensors)
         broken["fc.weight"] = ("BF16", [256, 512])
@@ -34,8 +36,8 @@ def main() -> None:
         (root / "tiny-qwen3" / "config.json").write_text(json.dumps(VERIFIER))
         for folder in root.iterdir():
             for f in folder.iterdir():
-                s3.upload_file(str(f), "models", f"{folder.name}/{f.name}")
-                print(f"demo: s3://models/{folder.name}/{f.name}", file=sys.stderr)
+                s3.upload_file(str(f), bucket, f"{folder.name}/{f.name}")
+                print(f"demo: s3://{bucket}/{folder.name}/{f.name}", file=sys.stderr)
 
 
 if __name__ == "__main__":

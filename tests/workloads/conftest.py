@@ -8,28 +8,15 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from ..lanes import REPO, make_tiny_verifier, run_in, workloads_env_path
+
+__all__ = ["REPO", "run_in"]
 ALGORITHMS = ("eagle3", "peagle", "dflash", "dspark")
 
 
 @pytest.fixture(scope="session")
 def workloads_env() -> Path:
-    env = os.environ.get("SPECULATOR_WORKLOADS_ENV")
-    if not env:
-        out = subprocess.run([str(REPO / "hack" / "workloads-env")], check=True, capture_output=True, text=True)
-        env = out.stdout.strip().splitlines()[-1]
-    return Path(env)
-
-
-def run_in(env: Path, *args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [str(env / "bin" / args[0]), *args[1:]], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
-    )  # fmt: skip
-    if result.returncode != 0:
-        raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
-                             f"{result.stderr[-3000:]}")  # fmt: skip
-    return result
+    return workloads_env_path()
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +34,7 @@ def dry_run_checkpoints(workloads_env: Path, tmp_path_factory: pytest.TempPathFa
     """Checkpoints written by the real `speculators train --dry-run` from a tiny local verifier."""
     root = tmp_path_factory.mktemp("speculators")
     verifier = root / "verifier"
-    run_in(workloads_env, "python", str(REPO / "tests" / "workloads" / "tiny_verifier.py"), str(verifier))
+    make_tiny_verifier(workloads_env, verifier)
     (root / "data").mkdir()
     out = {"verifier": verifier}
     common = [

@@ -46,6 +46,10 @@ TOKENIZER_FILES = frozenset({
 })  # fmt: skip
 VERIFIER_SUFFIXES = (".tiktoken", ".py")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# files vLLM reads that do not change what the model computes for a token sequence: sampling defaults, the
+# chat template, the publish record. A change of these moves the revision (the pods must stage the new
+# bytes) but not the content identity that a draft's provenance is checked against.
+NOT_MODEL = frozenset({"generation_config.json", "chat_template.jinja", "chat_template.json", PROVENANCE})
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,11 @@ class Manifest:
     def get(self, name: str) -> FileEntry | None:
         return next((f for f in self.files if f.name == name), None)
 
+    def model_files(self) -> Manifest:
+        """The files that decide what the model computes: config, weights, tokenizer, code (NOT_MODEL left
+        out)."""
+        return Manifest(tuple(f for f in self.files if f.name not in NOT_MODEL))
+
     def with_sha256(self, hashes: Mapping[str, Any]) -> Manifest:
         """This manifest with the sha256 of each file the publish record names (others unchanged)."""
         out = []
@@ -153,7 +162,12 @@ def s3_revision(manifest: Manifest) -> str:
     return "s3:" + manifest.digest()[:24]
 
 
+def s3_content(manifest: Manifest) -> str:
+    """The content identity of an s3:// checkpoint: the digest of its model files (Manifest.model_files)."""
+    return "s3c:" + manifest.model_files().digest()[:24]
+
+
 def hub_content(manifest: Manifest) -> str:
-    """The content identity of a hub checkpoint at a commit: the digest of the files vLLM reads, which a
-    commit touching only the README does not move (the commit sha does)."""
-    return "hf:" + manifest.digest()[:24]
+    """The content identity of a hub checkpoint at a commit: the digest of its model files, which a commit
+    touching only the README (or the sampling defaults) does not move; the commit sha does."""
+    return "hf:" + manifest.model_files().digest()[:24]

@@ -24,6 +24,7 @@ from speculator_operator.checkpoint.manifest import (
     Kind,
     Manifest,
     hub_content,
+    s3_content,
     s3_revision,
     select,
 )
@@ -62,8 +63,8 @@ class Source(Protocol):
 
     @property
     def content(self) -> str | None:
-        """The identity of the files vLLM reads (the s3 revision; for the hub, a digest that a README-only
-        commit does not move); None where the store gives none (a local folder)."""
+        """The identity of the model files (config, weights, tokenizer: a change of the sampling defaults,
+        the chat template or the README does not move it); None where the store gives none (a folder)."""
         ...
 
     @property
@@ -271,7 +272,7 @@ class S3Source(_RangedSource):
 
     @property
     def content(self) -> str | None:
-        return self.revision
+        return s3_content(self.manifest)
 
     def _get(self, name: str, range_: str | None, etag: str | None) -> tuple[bytes, int]:
         """The object's bytes (a range of them) and its size, provided it still has the listed ETag."""

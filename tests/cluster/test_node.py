@@ -1,0 +1,410 @@
+"""Real pods on the real node, from the images hack/build-images built: the operator installed in-cluster
+from its Helm chart reconciles both kinds; a SpeculatorTrainJob's stages run in trainer pods (fetch,
+prepare-data, `train --dry-run`, audit, publish to S3) and hand the draft to a SpeculatorDeployment whose
+pod stages it, audits it and serves it with the CPU build of the pinned vLLM; faults are reported in the
+kubelet's words.
+
+The Helm-installed operator watches only this module's namespace, and no in-process operator runs while
+this module does (the `operator` fixture is not used here), so the two never watch the same namespaces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from kubernetes import client
+
+from speculator_operator.localcluster.network import kube_proxy_serves
+from speculator_operator.releases import get_release
+
+from ..lanes import make_tiny_verifier, workloads_env_path
+from .conftest import REPO, Cluster, eventually, get
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node]
+CHART = REPO / "charts" / "speculator-operator"
+ON_NODE = {
+    "nodeSelector": {"speculators.dev/real-node": "true"},
+    "tolerations": [{"key": "speculators.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}],
+}
+# what a CPU needs, through the spec's own fields: the cpu variant of the server image, no GPU, small limits
+CPU_SERVING = {
+    "replicas": 1,
+    "image": get_release().image("server", "cpu"),
+    "resources": {"limits": {"nvidia.com/gpu": 0}},
+    "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}, {"name": "OMP_NUM_THREADS", "value": "2"}],
+    "extraArgs": ["--enforce-eager", "--max-model-len", "512"],
+    "maxNumSeqs": 8,
+    "cutoff": {"maxBatchSize": 4},
+    **ON_NODE,
+}
+
+
+def helm(cluster: Cluster, home: Path, *args: str) -> str:
+    exe = Path(cluster.kubectl_path).with_name("helm")
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "HELM_CACHE_HOME": str(home / "c"),
+        "HELM_CONFIG_HOME": str(home / "f"),
+        "HELM_DATA_HOME": str(home / "d"),
+    }
+    out = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def node_ns(
+    cluster: Cluster, real_node: str, operator_crds: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A namespace served by the operator that the chart installs on the real node (its own image, its own
+    ServiceAccount and ClusterRole), with the S3 credentials its pods and the operator share."""
+    assert cluster.s3 is not None
+    name = f"node-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(cluster.api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", name, "--timeout=60s")
+    core.create_namespaced_secret(
+        name, client.V1Secret(metadata=client.V1ObjectMeta(name="s3"), string_data=cluster.s3.env())
+    )
+    home = tmp_path_factory.mktemp("helm")
+    values = {"watchNamespaces": [name], **ON_NODE}
+    (home / "values.json").write_text(json.dumps(values))
+    helm(
+        cluster,
+        home,
+        "install",
+        "so",
+        str(CHART),
+        "-n",
+        name,
+        "-f",
+        str(home / "values.json"),
+        "--skip-crds",
+        "--wait",
+        "--timeout",
+        "180s",
+    )
+    try:
+        yield name
+    finally:
+        logs = cluster.kubectl("logs", "-n", name, "deployment/speculator-operator", "--tail=200", check=False)
+        (home / "operator.log").write_text(logs.stdout + logs.stderr)
+        helm(cluster, home, "uninstall", "so", "-n", name, "--wait")
+        core.delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def models(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The tiny verifier (a real tokenizer and weights vLLM loads) and pretokenized rows, in S3."""
+    assert cluster.s3 is not None
+    root = tmp_path_factory.mktemp("node-models")
+    verifier = make_tiny_verifier(workloads_env_path(), root / "verifier")
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=cluster.s3.endpoint,
+        aws_access_key_id=cluster.s3.access_key,
+        aws_secret_access_key=cluster.s3.secret_key,
+        region_name=cluster.s3.region,
+    )
+    bucket = f"node-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    for f in sorted(verifier.iterdir()):
+        s3.upload_file(str(f), bucket, f"verifier/{f.name}")
+    rows = [
+        {"input_ids": [5 + (i * 7 + j) % 500 for j in range(40)], "loss_mask": [0] * 10 + [1] * 30} for i in range(16)
+    ]
+    s3.put_object(Bucket=bucket, Key="data/rows.jsonl", Body="".join(json.dumps(r) + "\n" for r in rows).encode())
+    return {
+        "bucket": bucket,
+        "verifier": f"s3://{bucket}/verifier",
+        "rows": f"s3://{bucket}/data/rows.jsonl",
+        "dir": str(verifier),
+    }
+
+
+def workspace_volume(cluster: Cluster, namespace: str, claim: str, make_claim: bool = True) -> None:
+    """A ReadWriteMany volume on the node's host, bound in advance to `claim` as an admin would provide one
+    (no provisioner runs here); with `make_claim` the claim too (spec.workspace.claimName)."""
+    path = Path(f"/tmp/speculator-node-{namespace}-{claim}")
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o777)  # the pods run as a non-root user; a hostPath volume has no fsGroup
+    core = client.CoreV1Api(cluster.api)
+    core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=f"pv-{namespace}-{claim}", labels={"speculators.dev/test": "true"}),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "10Gi"},
+                access_modes=["ReadWriteMany"],
+                storage_class_name="",
+                host_path=client.V1HostPathVolumeSource(path=str(path)),
+                claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
+                persistent_volume_reclaim_policy="Retain",
+            ),
+        )
+    )
+    if make_claim:
+        claim_spec = client.V1PersistentVolumeClaimSpec(
+            access_modes=["ReadWriteMany"],
+            resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+            storage_class_name="",
+        )
+        body = client.V1PersistentVolumeClaim(metadata=client.V1ObjectMeta(name=claim), spec=claim_spec)
+        core.create_namespaced_persistent_volume_claim(namespace, body)
+
+
+def apply(cluster: Cluster, namespace: str, kind: str, name: str, spec: dict[str, Any]) -> None:
+    doc = {"apiVersion": "speculators.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+
+
+def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return json.loads(resp.read())  # type: ignore[no-any-return]
+
+
+def list_pods(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl("get", "-n", namespace, "pods", "-l", selector, "-o", "json").stdout
+    return json.loads(out)["items"]  # type: ignore[no-any-return]
+
+
+def serving_pod(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    found = [
+        p
+        for p in list_pods(cluster, namespace, f"speculators.dev/deployment={name}")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+    assert len(found) == 1, [p["metadata"]["name"] for p in found]
+    return found[0]
+
+
+def test_the_chart_runs_the_operator_in_cluster_and_it_reconciles_both_kinds(
+    cluster: Cluster, node_ns: str, real_node: str
+) -> None:
+    dep = get(cluster, node_ns, "deployment/speculator-operator")
+    (pod,) = list_pods(cluster, node_ns, "app.kubernetes.io/name=speculator-operator")
+    assert pod["spec"]["nodeName"] == real_node  # a real pod, from the image built here
+    assert pod["spec"]["serviceAccountName"] == "speculator-operator"
+    assert dep["status"]["availableReplicas"] == 1
+    # the samples, as the README shows them (kwok plays their pods: they ask for GPUs)
+    store = f"s3://models-{node_ns}"
+    s3 = boto3.client("s3", **_s3_kwargs(cluster))
+    s3.create_bucket(Bucket=store.removeprefix("s3://"))
+    subprocess.run(
+        [sys.executable, str(REPO / "hack" / "demo-assets.py")],
+        check=True,
+        env={**os.environ, **_aws(cluster), "DEMO_BUCKET": store.removeprefix("s3://")},
+        capture_output=True,
+        timeout=120,
+    )
+    for example in ("speculatordeployment.yaml", "speculatortrainjob.yaml"):
+        text = (REPO / "examples" / example).read_text().replace("s3://models/", f"{store}/")
+        cluster.kubectl("apply", "-n", node_ns, "-f", "-", input=text.replace("models-s3", "s3"))
+    workspace_volume(cluster, node_ns, "tiny-qwen3-eagle3-workspace", make_claim=False)  # the job makes it
+    cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "sdep/tiny-qwen3", "--timeout=180s")
+    cluster.kubectl(
+        "wait", "-n", node_ns, "--for=jsonpath={.status.phase}=Failed", "sdep/tiny-qwen3-broken", "--timeout=180s"
+    )
+    cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "stj/tiny-qwen3-eagle3", "--timeout=300s")
+    for name in ("tiny-qwen3", "tiny-qwen3-broken", "tiny-qwen3-eagle3"):
+        cluster.kubectl("delete", "-n", node_ns, f"speculators/{name}", "--wait=true", check=False)
+
+
+def _aws(cluster: Cluster) -> dict[str, str]:
+    assert cluster.s3 is not None
+    return cluster.s3.env()
+
+
+def _s3_kwargs(cluster: Cluster) -> dict[str, str]:
+    assert cluster.s3 is not None
+    return {
+        "endpoint_url": cluster.s3.endpoint,
+        "aws_access_key_id": cluster.s3.access_key,
+        "aws_secret_access_key": cluster.s3.secret_key,
+        "region_name": cluster.s3.region,
+    }
+
+
+def test_a_train_job_in_real_pods_publishes_a_draft_that_a_real_pod_serves(
+    cluster: Cluster, node_ns: str, models: dict[str, str], real_node: str
+) -> None:
+    workspace_volume(cluster, node_ns, "ws")
+    creds = {"name": "s3"}
+    apply(
+        cluster,
+        node_ns,
+        "SpeculatorTrainJob",
+        "tiny",
+        {
+            "verifier": {"model": models["verifier"], "credentials": creds},
+            "algorithm": "eagle3",
+            "data": {"sources": [models["rows"]], "format": "pretokenized", "seqLength": 256},
+            "training": {"dryRun": True, "epochs": 1},
+            "workspace": {"claimName": "ws"},
+            "output": {"uri": f"s3://{models['bucket']}/drafts", "credentials": creds},
+            "retries": 0,
+            "stages": {"cpu": ON_NODE, "trainer": ON_NODE},
+        },
+    )
+    apply(
+        cluster,
+        node_ns,
+        "SpeculatorDeployment",
+        "tiny",
+        {
+            "verifier": {"model": models["verifier"], "credentials": creds},
+            "speculator": {"fromTrainJob": "tiny"},
+            "serving": CPU_SERVING,
+        },
+    )
+    t0 = time.monotonic()
+    cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "stj/tiny", "--timeout=900s", timeout=960)
+    published = time.monotonic() - t0
+    job = get(cluster, node_ns, "stj/tiny")["status"]
+    assert [s["name"] for s in job["stages"]] == ["fetch", "prepare", "train", "audit", "publish"]
+    stage_pods = list_pods(cluster, node_ns, "speculators.dev/trainjob=tiny")
+    assert {p["spec"]["nodeName"] for p in stage_pods} == {real_node}  # every stage ran in a real pod
+    assert job["checkpoint"]["uri"].startswith(f"s3://{models['bucket']}/drafts/sha256-")
+    assert job["progress"]["samplesTotal"] == 16  # the stage pods' termination messages reached the operator
+    cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "sdep/tiny", "--timeout=900s", timeout=960)
+    served = time.monotonic() - t0
+    st = get(cluster, node_ns, "sdep/tiny")["status"]
+    assert st["draftSource"] == job["checkpoint"]["uri"]
+    pod = serving_pod(cluster, node_ns, "tiny")
+    assert pod["spec"]["nodeName"] == real_node
+    log = cluster.kubectl("logs", "-n", node_ns, pod["metadata"]["name"], "-c", "vllm").stdout
+    assert "serve: audit ok" in log
+    # a completion through the Service (once kube-proxy answers its ClusterIP), and real spec-decode counters
+    ip = get(cluster, node_ns, "service/tiny")["spec"]["clusterIP"]
+    eventually(lambda: _assert(kube_proxy_serves(ip), f"kube-proxy has not programmed {ip} yet"), timeout=60)
+    out = post(f"http://{ip}:8000/v1/completions", {"model": "tiny", "prompt": "the verifier", "max_tokens": 16})
+    assert out["choices"][0]["text"]
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8000/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    drafted = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("vllm:spec_decode_num_draft_tokens_total{")
+    ]
+    assert drafted
+    assert sum(drafted) > 0
+    print(f"train job apply -> published {published:.0f} s, -> served (real pod Ready) {served:.0f} s")
+
+
+def _assert(condition: bool, message: str) -> None:
+    assert condition, message
+
+
+def test_a_killed_serving_pod_comes_back_and_the_pair_stays_coherent(cluster: Cluster, node_ns: str) -> None:
+    before = get(cluster, node_ns, "sdep/tiny")["status"]
+    old = serving_pod(cluster, node_ns, "tiny")["metadata"]["name"]
+    cluster.kubectl("delete", "-n", node_ns, f"pod/{old}", "--wait=false")
+
+    def back() -> dict[str, Any]:
+        pod = serving_pod(cluster, node_ns, "tiny")
+        assert pod["metadata"]["name"] != old
+        st = get(cluster, node_ns, "sdep/tiny")["status"]
+        assert st["revision"] == before["revision"]  # the same pair: never a mismatched one
+        assert pod["metadata"]["labels"]["speculators.dev/revision"] == before["revision"]
+        assert st["phase"] == "Ready", st["phase"]
+        return pod
+
+    eventually(back, timeout=600, interval=2)
+
+
+def test_a_verifier_change_rolls_the_real_pods(cluster: Cluster, node_ns: str, models: dict[str, str]) -> None:
+    before = get(cluster, node_ns, "sdep/tiny")["status"]
+    cluster.kubectl(
+        "patch",
+        "-n",
+        node_ns,
+        "sdep/tiny",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"upgradePolicy": {"pollIntervalSeconds": 30}}}),
+    )
+    # a compatible change of the verifier in place: its generation defaults
+    config = json.loads(Path(models["dir"], "generation_config.json").read_text())
+    s3 = boto3.client("s3", **_s3_kwargs(cluster))
+    s3.put_object(
+        Bucket=models["bucket"],
+        Key="verifier/generation_config.json",
+        Body=json.dumps({**config, "temperature": 0.5}).encode(),
+    )
+
+    def rolled() -> dict[str, Any]:
+        st = get(cluster, node_ns, "sdep/tiny")["status"]
+        assert st["verifierRevision"] != before["verifierRevision"]
+        assert st["phase"] == "Ready", st["phase"]
+        pod = serving_pod(cluster, node_ns, "tiny")
+        assert pod["metadata"]["labels"]["speculators.dev/revision"] == st["revision"]
+        return st
+
+    st = eventually(rolled, timeout=900, interval=3)
+    assert st["revision"] != before["revision"]
+
+
+def test_an_image_the_node_cannot_get_is_reported_in_the_kubelets_words(
+    cluster: Cluster, node_ns: str, models: dict[str, str]
+) -> None:
+    missing = get_release().image("server", "cpu") + "-missing"
+    apply(
+        cluster,
+        node_ns,
+        "SpeculatorDeployment",
+        "noimage",
+        {
+            "verifier": {"model": models["verifier"], "credentials": {"name": "s3"}},
+            "speculator": {"fromTrainJob": "tiny"},
+            "serving": {**CPU_SERVING, "image": missing},
+        },
+    )
+
+    def reported() -> dict[str, Any]:
+        conds = {c["type"]: c for c in get(cluster, node_ns, "sdep/noimage")["status"].get("conditions", [])}
+        assert conds.get("Serving", {}).get("reason") in ("ErrImagePull", "ImagePullBackOff"), conds.get("Serving")
+        return conds["Serving"]
+
+    serving = eventually(reported, timeout=180, interval=2)
+    assert missing in serving["message"]
+    cluster.kubectl("delete", "-n", node_ns, "sdep/noimage")
+
+
+def test_an_oom_killed_stage_is_reported_with_that_reason(
+    cluster: Cluster, node_ns: str, models: dict[str, str]
+) -> None:
+    workspace_volume(cluster, node_ns, "ws-oom")
+    # prepare-data imports torch, transformers and datasets: far more than this
+    small = {**ON_NODE, "resources": {"limits": {"memory": "96Mi"}}}
+    apply(
+        cluster,
+        node_ns,
+        "SpeculatorTrainJob",
+        "oom",
+        {
+            "verifier": {"model": models["verifier"], "credentials": {"name": "s3"}},
+            "algorithm": "eagle3",
+            "data": {"sources": [models["rows"]], "format": "pretokenized", "seqLength": 256},
+            "training": {"dryRun": True},
+            "workspace": {"claimName": "ws-oom"},
+            "output": {"uri": f"s3://{models['bucket']}/oom", "credentials": {"name": "s3"}},
+            "retries": 0,
+            "stages": {"cpu": small, "trainer": ON_NODE},
+        },
+    )
+    cluster.kubectl("wait", "-n", node_ns, "--for=jsonpath={.status.phase}=Failed", "stj/oom", "--timeout=300s")
+    st = get(cluster, node_ns, "stj/oom")["status"]
+    assert st["stage"] in ("fetch", "prepare")
+    assert "OOMKilled (exit code 137)" in {c["type"]: c for c in st["conditions"]}["Failed"]["message"]
