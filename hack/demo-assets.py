@@ -16,9 +16,26 @@ from tests.ckptgen import SMALL_QWEN3 as VERIFIER
 from tests.ckptgen import eagle3, write_checkpoint
 
 
+def real(verifier: Path, bucket: str) -> None:
+    """The real node's part: a tiny verifier with a real tokenizer (hack/lib/tiny_verifier.py made it) and
+    pretokenized rows for examples/cpu-node.yaml."""
+    s3 = boto3.client("s3")
+    for f in sorted(verifier.iterdir()):
+        s3.upload_file(str(f), bucket, f"tiny-qwen3-real/{f.name}")
+    rows = [
+        {"input_ids": [5 + (i * 7 + j) % 500 for j in range(40)], "loss_mask": [0] * 10 + [1] * 30} for i in range(16)
+    ]
+    body = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    s3.put_object(Bucket=bucket, Key="tiny-qwen3-real-data/rows.jsonl", Body=body)
+    print(f"demo: s3://{bucket}/tiny-qwen3-real (a tiny verifier vLLM can serve) and its data", file=sys.stderr)
+
+
 def main() -> None:
     s3 = boto3.client("s3")
     bucket = os.environ.get("DEMO_BUCKET", "models")
+    if len(sys.argv) == 3 and sys.argv[1] == "--real-verifier":
+        real(Path(sys.argv[2]), bucket)
+        return
     if bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
         s3.create_bucket(Bucket=bucket)
     with tempfile.TemporaryDirectory() as tmp:

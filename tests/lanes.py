@@ -35,6 +35,6 @@ def run_in(env: Path, *args: str, cwd: Path | None = None, timeout: float = 600)
 
 
 def make_tiny_verifier(env: Path, out: Path) -> Path:
-    """A tiny random Qwen3 verifier with a real tokenizer (tests/workloads/tiny_verifier.py)."""
-    run_in(env, "python", str(REPO / "tests" / "workloads" / "tiny_verifier.py"), str(out))
+    """A tiny random Qwen3 verifier with a real tokenizer (hack/lib/tiny_verifier.py)."""
+    run_in(env, "python", str(REPO / "hack" / "lib" / "tiny_verifier.py"), str(out))
     return out

@@ -69,3 +69,8 @@ def test_chart_default_release_is_the_table_default() -> None:
 def test_cluster_role_lists_every_verb_and_resource() -> None:
     rbac = (REPO / "charts" / "speculator-operator" / "templates" / "rbac.yaml").read_text()
     assert "*" not in rbac
+
+
+def test_the_cpu_node_example_names_the_cpu_server_image_of_this_release() -> None:
+    example = (REPO / "examples" / "cpu-node.yaml").read_text()
+    assert f"image: {get_release().image('server', 'cpu')}" in example
