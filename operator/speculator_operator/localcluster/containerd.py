@@ -7,7 +7,10 @@ registry resolves to a closed port on loopback: an image the node does not hold 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -113,15 +116,42 @@ def images(workdir: Path) -> set[str]:
     return {line.strip() for line in out.stdout.splitlines() if line.strip()}
 
 
+def tasks(workdir: Path) -> dict[str, str]:
+    """{container id: task status (RUNNING, STOPPED, ...)}."""
+    out = ctr(workdir, "tasks", "list")
+    rows = (line.split() for line in out.stdout.splitlines()[1:] if line.strip())
+    return {row[0]: row[-1] for row in rows if len(row) >= 3}
+
+
 def running_tasks(workdir: Path) -> list[str]:
-    out = ctr(workdir, "tasks", "list", "--quiet")
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    return [task for task, state in tasks(workdir).items() if state != "STOPPED"]
 
 
 def remove_containers(workdir: Path) -> int:
-    """Delete the (stopped) containers and pod sandboxes the kubelet left, with their snapshots."""
+    """Delete the tasks (their shims exit with them) and the containers and pod sandboxes the kubelet
+    left, with their snapshots."""
+    for task in tasks(workdir):
+        ctr(workdir, "tasks", "delete", "--force", task, timeout=60)
     out = ctr(workdir, "containers", "list", "--quiet")
     ids = [line.strip() for line in out.stdout.splitlines() if line.strip()]
     if ids:
         ctr(workdir, "containers", "delete", *ids, timeout=120)
     return len(ids)
+
+
+def stop_shims(workdir: Path) -> list[int]:
+    """The shims of this node that outlived containerd (their tasks are gone by now): stopped."""
+    address = str(socket_path(workdir))
+    stopped = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and address.encode() in argv:
+            with contextlib.suppress(OSError):
+                os.kill(int(proc.name), signal.SIGKILL)
+                stopped.append(int(proc.name))
+    return stopped

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -172,11 +173,12 @@ def teardown(workdir: Path, rec: dict[str, Any], api: Api | None, stop: Callable
         stop(name)
     done += kubeproxy.remove_tables()
     if containerd.socket_path(workdir).exists():
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, subprocess.TimeoutExpired):
             for task in containerd.running_tasks(workdir):
                 containerd.ctr(workdir, "tasks", "kill", "--signal", "SIGKILL", task)
             containerd.remove_containers(workdir)
     stop("containerd")  # the node lock goes with it
+    done += [f"shim {pid}" for pid in containerd.stop_shims(workdir)]
     done += traces.unmount_under(
         kubelet.root_dir(workdir), workdir / "containerd", Path("/run/containerd"), Path("/run/netns")
     )

@@ -49,6 +49,17 @@ def cgroups() -> list[str]:
     return sorted(found)
 
 
+def shims() -> list[str]:
+    """containerd shims (the processes that keep containers' tasks), by the containerd they belong to."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+            if argv and argv[0].endswith(b"containerd-shim-runc-v2"):
+                found.append(b" ".join(argv[1:]).decode(errors="replace"))
+    return sorted(found)
+
+
 def snapshot() -> dict[str, Any]:
     tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=False).stdout
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
@@ -59,6 +70,7 @@ def snapshot() -> dict[str, Any]:
         "mounts": sorted(mounts()),
         "cgroups": cgroups(),
         "dirs": sorted(d for d in FIXED_DIRS if os.path.lexists(d)),
+        "shims": shims(),
     }
 
 
