@@ -55,6 +55,7 @@ def test_installed_chart_grants_what_the_operator_uses_and_no_more(
         ("watch", "speculatortrainjobs.speculators.dev"), ("patch", "speculatortrainjobs.speculators.dev/status"),
         ("create", "speculatortrainjobs.speculators.dev"), ("create", "jobs.batch"), ("list", "pods"),
         ("create", "persistentvolumeclaims"), ("delete", "deployments.apps"), ("list", "replicasets.apps"),
+        ("watch", "pods"),
     ]  # fmt: skip
     for verb, resource in needed:
         assert can(verb, resource), f"the operator cannot {verb} {resource}"
