@@ -5,7 +5,11 @@ kubelet), and `down` leaves the host as it found it."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,8 @@ from speculator_operator.localcluster import LocalCluster, stop_recorded
 from speculator_operator.localcluster import node as realnode
 from speculator_operator.localcluster.cluster import CACHE
 from speculator_operator.localcluster.network import GATEWAY, drop_rule_present
+from speculator_operator.localcluster.process import alive
+from speculator_operator.localcluster.state import load_state, recover_stale_node
 from speculator_operator.localcluster.traces import snapshot
 from speculator_operator.releases import operator_image
 
@@ -50,6 +56,7 @@ def test_a_pod_runs_on_the_real_node_and_down_leaves_no_trace(bin_dir: Path, tmp
     if reason and not node_required():
         pytest.skip(f"no real node here: {reason}")
     assert not realnode.lock_holder(), "a real node is already up on this machine"
+    recover_stale_node()  # the host as a killed run may have left it, put right first
     before = snapshot()
     local = LocalCluster(tmp_path / "c", bin_dir, gpu_nodes=0, real_node=True, timeout=300)
     info = local.start()
@@ -92,6 +99,7 @@ def test_a_detached_node_is_taken_down_from_its_state_file(bin_dir: Path, tmp_pa
     reason = realnode.unavailable(bin_dir, CACHE)
     if reason and not node_required():
         pytest.skip(f"no real node here: {reason}")
+    recover_stale_node()
     before = snapshot()
     local = LocalCluster(tmp_path / "c", bin_dir, gpu_nodes=0, real_node=True, timeout=300)
     info = local.start()
@@ -104,4 +112,72 @@ def test_a_detached_node_is_taken_down_from_its_state_file(bin_dir: Path, tmp_pa
     for proc in local.processes.values():
         proc.popen.wait(10)  # reap our own children so they do not linger as zombies
     assert {"containerd", "kubelet", "kube-proxy", "coredns", "kube-apiserver"} <= set(stopped)
+    assert snapshot() == before
+
+
+def _pod(name: str, command: list[str]) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"speculators.dev/real-node": "true"},
+            "tolerations": [{"key": "speculators.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}],
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": operator_image(), "command": command}],
+        },
+    }
+
+
+def test_a_node_killed_without_its_teardown_is_undone_by_the_next_start(bin_dir: Path, tmp_path: Path) -> None:
+    """A test run killed midway, or a machine restarted under a running node: the lock file still names the
+    dead cluster, nothing takes it for a running node, and the next cluster to start undoes its traces."""
+    reason = realnode.unavailable(bin_dir, CACHE)
+    if reason and not node_required():
+        pytest.skip(f"no real node here: {reason}")
+    recover_stale_node()
+    before = snapshot()
+    killed = tmp_path / "killed"
+    argv = [sys.executable, "-m", "speculator_operator.localcluster", "up", "--dir", str(killed)]
+    argv += ["--bin-dir", str(bin_dir), "--real-node", "yes", "--gpu-nodes", "0", "--no-s3"]
+    up = subprocess.run(argv, capture_output=True, text=True, timeout=400)
+    assert up.returncode == 0, up.stderr
+    st = load_state(killed)
+    assert st is not None
+    assert st["node_record"]
+    # a running pod, so that its sandbox, its mounts and its shim are among what the crash leaves
+    kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(killed / "kubeconfig")]
+    pod = _pod("sleeper", ["sleep", "3600"])
+    subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(pod), text=True, check=True, timeout=60)
+    wait = [*kubectl, "wait", "--for=condition=Ready", "pod/sleeper", "--timeout=120s"]
+    subprocess.run(wait, check=True, capture_output=True, timeout=150)
+
+    for pid in st["pids"].values():
+        os.killpg(pid, signal.SIGKILL)  # each component leads its own process group
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in st["pids"].values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert drop_rule_present()  # the crash left its traces
+    assert realnode.lock_holder() == ""  # but no running node
+    imported = subprocess.run(
+        [sys.executable, "-m", "speculator_operator.localcluster", "images", "--if-running"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert "no real node runs" in imported.stderr
+
+    said: list[str] = []
+    nxt = LocalCluster(
+        tmp_path / "next", bin_dir, gpu_nodes=0, with_s3=False, real_node=True, timeout=300, log=said.append
+    )
+    info = nxt.start()
+    try:
+        assert info.node == "speculator-node"
+        assert any(f"killed without its teardown ({killed})" in line for line in said), said
+        assert (load_state(killed) or {}).get("node_record") is None
+    finally:
+        nxt.stop()
+    stop_recorded(killed)  # nothing of it runs: only its state file goes
     assert snapshot() == before

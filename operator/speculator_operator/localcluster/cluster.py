@@ -131,6 +131,8 @@ class LocalCluster(Supervisor):
             self.workdir.mkdir(parents=True, exist_ok=True)
             (self.workdir / "logs").mkdir(exist_ok=True)
             unavailable = self._prepare_node()
+            if self._node:
+                self._record_state(None)  # from here on a killed start leaves a record of what to undo
             address = network.GATEWAY if self._node else LOOPBACK
             pki = write_pki(self.workdir / "pki", (address,), NODE_NAME if self._node else None)
             etcd_url = etcd.start(self)
@@ -221,6 +223,9 @@ class LocalCluster(Supervisor):
             return None
         reason = realnode.unavailable(self.bin_dir, self.cache)
         if reason is None:
+            stale, undone = state.recover_stale_node()
+            if stale:
+                self.say(f"local-cluster: undid a real node killed without its teardown ({stale}): {', '.join(undone)}")
             try:
                 self._node = realnode.prepare(self.workdir, SERVICE_CIDR)
             except realnode.NodeUnavailable as exc:

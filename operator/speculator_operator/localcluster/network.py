@@ -131,9 +131,15 @@ def up(service_cidr: str) -> dict[str, Any]:
 def down(undo: dict[str, Any]) -> list[str]:
     """Remove the drop rule and the bridge and restore the sysctls; returns what was undone."""
     done = []
+    bridge = str(undo.get("bridge", BRIDGE))
     if _run("nft", "delete", "table", "inet", str(undo.get("nft_table", NFT_TABLE)), check=False).returncode == 0:
         done.append("nft table")
-    if _run("ip", "link", "del", str(undo.get("bridge", BRIDGE)), check=False).returncode == 0:
+    # a pod's veth whose namespace is still being torn down (after a node killed without its teardown)
+    ports = _run("ip", "-o", "link", "show", "master", bridge, check=False).stdout
+    for name in (line.split(":")[1].strip().split("@")[0] for line in ports.splitlines() if ":" in line):
+        if _run("ip", "link", "del", name, check=False).returncode == 0:
+            done.append(f"link {name}")
+    if _run("ip", "link", "del", bridge, check=False).returncode == 0:
         done.append("bridge")
     done += restore_sysctls(undo.get("sysctls") or {})
     return done

@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,9 +58,43 @@ def unavailable(bin_dir: Path, cache: Path) -> str | None:
 
 
 def lock_holder() -> str:
-    with contextlib.suppress(OSError):
-        return LOCK.read_text().strip()
-    return ""
+    """The folder of the cluster whose real node runs now, or "" (also when the lock file names a node that
+    was killed without its teardown: nobody holds its lock)."""
+    try:
+        fd = os.open(LOCK, os.O_RDONLY)
+    except OSError:
+        return ""
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return LOCK.read_text().strip()
+        return ""
+    finally:
+        os.close(fd)  # a shared lock taken here goes with the fd
+
+
+@contextlib.contextmanager
+def stale_lock() -> Iterator[str]:
+    """The folder a node lock names while nobody holds it (a node killed without its teardown: a killed
+    test run, a restarted machine), with the lock held until the caller has undone that node; "" when
+    there is no such node."""
+    try:
+        fd = os.open(LOCK, os.O_RDWR)
+    except OSError:
+        yield ""
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield ""  # a node runs: not stale
+            return
+        folder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+        yield folder
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
 
 
 def acquire_lock(workdir: Path) -> int:
@@ -140,20 +174,23 @@ def wait_ready(sup: Supervisor, api: Api) -> None:
 
 
 def record(prepared: Prepared) -> dict[str, Any]:
-    """What another process needs to take the node down (the state file's `node`)."""
+    """What another process needs to take the node down (the state file's `node_record`)."""
     return {"name": kubelet.NODE_NAME, "undo": prepared.undo, "dirs_before": prepared.dirs_before}
 
 
 def _delete_pods(api: Api | None, workdir: Path, timeout: float = 90) -> None:
-    """Delete the node's pods and wait until the kubelet has stopped them (CNI teardown, unmounts)."""
-    if api is not None:
-        with contextlib.suppress(OSError, ValueError):
-            pods = api.call("GET", f"/api/v1/pods?fieldSelector=spec.nodeName={kubelet.NODE_NAME}")["items"]
-            for pod in pods:
-                meta = pod["metadata"]
-                with contextlib.suppress(OSError, ValueError):
-                    path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
-                    api.call("DELETE", path, {"gracePeriodSeconds": 0})
+    """Delete the node's pods and wait until the kubelet has stopped them (CNI teardown, unmounts). Without
+    an API server (a node killed without its teardown) nobody is asked and nothing is awaited: the caller
+    kills what is left."""
+    if api is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        pods = api.call("GET", f"/api/v1/pods?fieldSelector=spec.nodeName={kubelet.NODE_NAME}")["items"]
+        for pod in pods:
+            meta = pod["metadata"]
+            with contextlib.suppress(OSError, ValueError):
+                path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+                api.call("DELETE", path, {"gracePeriodSeconds": 0})
     pods_dir = kubelet.root_dir(workdir) / "pods"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -179,6 +216,7 @@ def teardown(workdir: Path, rec: dict[str, Any], api: Api | None, stop: Callable
             containerd.remove_containers(workdir)
     stop("containerd")  # the node lock goes with it
     done += [f"shim {pid}" for pid in containerd.stop_shims(workdir)]
+    done += [f"container process {pid}" for pid in traces.kill_cgroup_processes()]
     done += traces.unmount_under(
         kubelet.root_dir(workdir), workdir / "containerd", Path("/run/containerd"), Path("/run/netns")
     )

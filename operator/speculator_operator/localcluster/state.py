@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from speculator_operator.localcluster import node as real_node
+from speculator_operator.localcluster import traces
 from speculator_operator.localcluster.apiserver import Api
 from speculator_operator.localcluster.process import alive, is_ours, stop_pid
 
@@ -62,9 +63,41 @@ def stop_recorded(workdir: Path, grace: float = 10.0) -> list[str]:
             stopped.append(name)
 
     if st.get("node_record"):
-        real_node.teardown(workdir, st["node_record"], _api(workdir, st), stop)
+        # the API server asks the kubelet to stop the pods; when it is gone, what is left is killed
+        api = _api(workdir, st) if "kube-apiserver" in running_components(workdir) else None
+        real_node.teardown(workdir, st["node_record"], api, stop)
     for name in reversed(list(pids)):
         if name not in stopped:
             stop(name)
     (workdir / STATE_FILE).unlink()
     return stopped
+
+
+def recover_stale_node() -> tuple[str, list[str]]:
+    """Undo a real node that was killed without its teardown (a killed test run, a restarted machine): the
+    lock file still names its cluster's folder but nobody holds the lock (it lived in containerd). Its
+    surviving node components are stopped, its traces undone from its state file's record (the sysctls
+    as they were before it, the folders that did not exist then), and the record dropped from that state
+    file; the rest of that cluster, if any of it still runs, is left alone. Returns the folder ("" when
+    there was nothing to undo) and what was undone."""
+    with real_node.stale_lock() as folder:
+        if not folder:
+            return "", []
+        workdir = Path(folder)
+        st = load_state(workdir) if workdir.is_dir() else None
+        # without its record: the bridge, the tables, mounts and shims still go, but no folder that exists
+        # now is taken for the node's and no sysctl is guessed at
+        rec = (st or {}).get("node_record") or {"undo": {}, "dirs_before": traces.snapshot()["dirs"]}
+        pids: dict[str, int] = (st or {}).get("pids", {})
+        argv0: dict[str, str] = (st or {}).get("argv", {})
+
+        def stop(name: str) -> None:
+            if name in pids:
+                stop_pid(pids[name], argv0.get(name, ""), 5.0)
+
+        done = real_node.teardown(workdir, rec, None, stop)
+        if st is not None and st.get("node_record"):
+            st["node_record"] = None
+            st["node"] = None
+            write(workdir, st)
+        return folder, done

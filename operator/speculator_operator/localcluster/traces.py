@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,30 @@ def unmount_under(*roots: Path) -> list[str]:
         if done.returncode != 0:
             subprocess.run(["umount", "-l", target], capture_output=True, check=False)
     return targets
+
+
+def cgroup_processes() -> set[int]:
+    """The processes in our cgroups: the containers' (and sandboxes') processes."""
+    pids: set[int] = set()
+    for top in cgroups():
+        for folder, _, files in os.walk(top):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError, ValueError):
+                    pids |= {int(line) for line in Path(folder, "cgroup.procs").read_text().split()}
+    return pids
+
+
+def kill_cgroup_processes(timeout: float = 10.0) -> list[int]:
+    """Kill the containers' processes that outlived their shims (a node killed without its teardown);
+    returns their pids. Their network namespaces go with the last of them."""
+    killed = sorted(cgroup_processes())
+    for pid in killed:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while cgroup_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return killed
 
 
 def remove_cgroups() -> list[str]:
