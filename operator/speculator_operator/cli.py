@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from speculator_operator import __version__
 from speculator_operator.checkpoint import AuditReport, CheckpointError, audit, load_verifier_config, read_verifier
-from speculator_operator.economics import break_even_alpha, cost_ratio, draft_forwards, verifier_active_parameters
+from speculator_operator.economics import break_even_alpha, draft_forwards, pair_cost_ratio
 from speculator_operator.releases import ReleaseError, get_release, release_for
 from speculator_operator.render.serving import RenderError
 
@@ -265,10 +265,8 @@ def _economics(report: AuditReport, verifier: dict[str, Any] | None) -> dict[str
     ck = report.checkpoint
     if verifier is None or ck.speculative_tokens is None or ck.algorithm is None:
         return None
-    try:
-        params = verifier_active_parameters(verifier)
-        c = cost_ratio({n: t.shape for n, t in ck.tensors.items()}, params)
-    except ValueError:
+    c = pair_cost_ratio({n: t.shape for n, t in ck.tensors.items()}, verifier)
+    if c is None:
         return None
     k = ck.speculative_tokens
     n = draft_forwards(ck.algorithm, k)

@@ -76,6 +76,27 @@ def break_even_alpha(k: int, cost_ratio: float, forwards: int | None = None) -> 
     return (lo + hi) / 2
 
 
+def alpha_from_mean_length(mean_length: float, k: int) -> float:
+    """The per-position acceptance α whose E(α, K) equals a measured mean accepted length (1 + accepted
+    drafts per verification step, the bonus token included). The raw rate accepted/drafted is not α: at
+    α = 0.2, K = 3 it is ≈ 0.083."""
+    _check_k(k)
+    if k == 0:
+        raise ValueError("K must be >= 1 to estimate acceptance")
+    if mean_length <= 1.0:
+        return 0.0
+    if mean_length >= k + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(100):  # E is increasing in α: bisect
+        mid = (lo + hi) / 2
+        if expected_tokens(mid, k) < mean_length:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def best_k(alpha: float, cost_ratio: float, algorithm: str = "eagle3", k_max: int = 16) -> tuple[int, float]:
     """The K in 0..k_max with the highest speedup for a measured α (K = 0: do not speculate)."""
     best = (0, 1.0)
@@ -137,6 +158,14 @@ def cost_ratio(draft_shapes: Mapping[str, tuple[int, ...]], verifier_params: int
     if verifier_params <= 0:
         raise ValueError("verifier parameter count must be positive")
     return draft_active_parameters(draft_shapes) / verifier_params
+
+
+def pair_cost_ratio(draft_shapes: Mapping[str, tuple[int, ...]], verifier_config: Mapping[str, object]) -> float | None:
+    """The draft/verifier cost ratio of a pair, or None when the verifier's config does not say enough."""
+    try:
+        return cost_ratio(draft_shapes, verifier_active_parameters(verifier_config))
+    except ValueError:
+        return None
 
 
 # ------------------------------------------------------------------ the load cut-off

@@ -98,6 +98,20 @@ class Cutoff(Model):
     max_batch_size: int = Field(ge=1, le=65536, description="Largest batch that still speculates.")
 
 
+class Tuning(Model):
+    """What the operator does with the live acceptance it measures (README: Telemetry)."""
+
+    mode: Literal["Off", "Recommend"] = Field(
+        default="Recommend",
+        description="Recommend: status.acceptance.recommendedK from the measured acceptance (nothing rolls); "
+        "Off: acceptance is measured and judged, nothing is recommended.",
+    )
+    min_samples: int = Field(
+        default=200, ge=1, le=10_000_000, description="Drafts in the window before acceptance is judged."
+    )
+    window_seconds: int = Field(default=300, ge=30, le=86400, description="The sliding window acceptance covers.")
+
+
 class Serving(Model):
     """How vLLM serves the pair."""
 
@@ -143,6 +157,7 @@ class Serving(Model):
         description="The server image (default: the release's, `speculator-operator images`), e.g. its cpu variant "
         "for CPU nodes or a copy in one's own registry. It must hold this package and the release's vLLM.",
     )
+    tuning: Tuning = Field(default_factory=Tuning, json_schema_extra={"default": {}})
     env: list[dict[str, Any]] | None = Field(
         default=None,
         max_length=64,
@@ -207,11 +222,48 @@ class AuditSummary(Model):
     )
 
 
+class AcceptancePods(Model):
+    counted: int = Field(default=0, description="Ready pods of the served revision whose metrics were read.")
+    other_revision: int | None = Field(default=None, description="Pods of another revision, not counted.")
+    counter_resets: int | None = Field(default=None, description="Counter resets seen (restarted vLLM).")
+    failing: list[dict[str, str]] | None = Field(
+        default=None, description="Up to 10 pods whose metrics could not be used: pod, reason, message."
+    )
+
+
+class AcceptanceLoad(Model):
+    requests_running: float | None = Field(default=None, description="vllm:num_requests_running, summed.")
+    generation_tokens_per_second: float | None = None
+
+
 class Acceptance(Model):
+    """Live acceptance from vLLM's spec-decode counters over a sliding window (README: Telemetry)."""
+
     rate: float | None = Field(default=None, description="Accepted / drafted tokens.")
-    mean_accepted_length: float | None = Field(default=None, description="1 + accepted / drafts.")
-    drafts: int | None = None
+    percent: str | None = Field(default=None, description="The rate as a percentage (the printer column).")
+    mean_accepted_length: float | None = Field(default=None, description="1 + accepted / drafts (1..K+1).")
+    alpha: float | None = Field(
+        default=None, description="Per-position acceptance α solving E(α, K) = meanAcceptedLength (not the rate)."
+    )
+    per_position: list[float] | None = Field(
+        default=None, description="Drafts whose first p+1 tokens were accepted / drafts, p = 0..K-1."
+    )
+    k: int | None = Field(default=None, description="K as served.")
+    drafts: int | None = Field(default=None, description="Verification steps with drafts in the window.")
     window_seconds: int | None = None
+    observed_at: str | None = Field(default=None, description="When these values were computed and written.")
+    revision: str | None = Field(default=None, description="The serving revision they belong to.")
+    break_even_alpha: float | None = Field(default=None, description="α* for this pair's cost ratio and K.")
+    predicted_speedup: float | None = Field(default=None, description="E(α, K) / (1 + n·c) at the served K.")
+    recommended_k: int | None = Field(default=None, description="The K with the best predicted speedup.")
+    note: str | None = None
+    pods: AcceptancePods | None = None
+    load: AcceptanceLoad | None = None
+
+
+class PairEconomics(Model):
+    cost_ratio: float | None = Field(default=None, description="Draft / verifier parameters touched per token.")
+    max_k: int | None = Field(default=None, description="The checkpoint's speculative_tokens.")
 
 
 class RetrainStatus(Model):
@@ -245,3 +297,4 @@ class SpeculatorDeploymentStatus(Model):
     updated_replicas: int | None = None
     audit: AuditSummary | None = None
     acceptance: Acceptance | None = None
+    economics: PairEconomics | None = None

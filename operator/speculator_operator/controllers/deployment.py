@@ -33,6 +33,7 @@ from speculator_operator.controllers.kube import (
     list_pods,
     secret_data,
 )
+from speculator_operator.economics import pair_cost_ratio
 from speculator_operator.reconcile import Problem, parse_spec
 from speculator_operator.reconcile.deployment import (
     Observed,
@@ -123,6 +124,8 @@ def _observe_inputs(
         return obs
     if ck.resolved_from:
         obs.draft_source = ck.uri  # the exact location a pointer led to: what the pods stage
+    if verifier is not None:
+        obs.cost_ratio = pair_cost_ratio({n: t.shape for n, t in ck.tensors.items()}, verifier)
     obs.audit = audit(
         ck,
         verifier=verifier,

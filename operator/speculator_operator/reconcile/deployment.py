@@ -50,6 +50,7 @@ class Observed:
     pods: list[dict[str, Any]] | None = None  # its pods, read only while it is not rolled out
     verifier_content: str | None = None  # the identity of the verifier files vLLM reads
     verifier_manifest: Manifest | None = None  # an s3 verifier's files, for the pods' stage container
+    cost_ratio: float | None = None  # draft / verifier parameters per token, when the verifier's config was read
 
 
 @dataclass
@@ -130,6 +131,10 @@ def plan(
         "draftRevision": ck.revision,
         "draftSource": obs.draft_source or spec.speculator.source,
         "audit": audit_summary(report),
+        "economics": {
+            "costRatio": None if obs.cost_ratio is None else round(obs.cost_ratio, 6),
+            "maxK": ck.speculative_tokens,
+        },
     }
     verifier_cond = make_condition(
         gen, "VerifierCurrent", True, "RevisionResolved", f"verifier at {obs.verifier_revision}"

@@ -1,0 +1,270 @@
+"""Live acceptance: scrape vLLM's /metrics of every ready serving pod, the way Prometheus does in-cluster,
+and write `status.acceptance` and the `SpeculationEffective` condition (decisions: reconcile/acceptance.py).
+
+It runs beside the reconciles, never in their way: an async timer per SpeculatorDeployment on kopf's event
+loop (not in the thread pool the reconciles use), targets from an in-memory index of the serving pods
+(no API read per scrape), at most SCRAPE_CONCURRENCY requests in flight, each bounded in time and bytes.
+A status write happens only when the numbers change materially, and at most once per interval.
+
+Settings (environment): SPECULATOR_SCRAPE_INTERVAL_SECONDS (15), SPECULATOR_SCRAPE_TIMEOUT_SECONDS (3),
+SPECULATOR_SCRAPE_CONCURRENCY (16), SPECULATOR_SCRAPE_MAX_BYTES (2 MiB), SPECULATOR_SCRAPE_NETWORKS
+(comma-separated CIDRs a target address must lie in; unset: any), SPECULATOR_METRICS_PORT (the
+operator's own /metrics; unset: not served).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import kopf
+from prometheus_client import Counter, Gauge
+
+from speculator_operator.api.common import GROUP, VERSION, condition, set_condition
+from speculator_operator.reconcile.acceptance import (
+    CONDITION,
+    Economics,
+    MetricsError,
+    Window,
+    acceptance_status,
+    changed_materially,
+    effective_condition,
+    parse_sample,
+)
+from speculator_operator.reconcile.deployment import REVISION_LABEL
+from speculator_operator.render.serving import MANAGED_BY
+
+PLURAL = "speculatordeployments"
+SCRAPE_INTERVAL = float(os.environ.get("SPECULATOR_SCRAPE_INTERVAL_SECONDS", "15"))
+SCRAPE_TIMEOUT = float(os.environ.get("SPECULATOR_SCRAPE_TIMEOUT_SECONDS", "3"))
+SCRAPE_CONCURRENCY = int(os.environ.get("SPECULATOR_SCRAPE_CONCURRENCY", "16"))
+MAX_BYTES = int(os.environ.get("SPECULATOR_SCRAPE_MAX_BYTES", str(2 * 1024 * 1024)))
+
+
+def _networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    raw = os.environ.get("SPECULATOR_SCRAPE_NETWORKS", "")
+    return [ipaddress.ip_network(n.strip(), strict=False) for n in raw.split(",") if n.strip()]
+
+
+NETWORKS = _networks()
+
+LABELS = ("namespace", "name")
+RATE = Gauge("speculator_acceptance_rate", "Accepted / drafted tokens over the window", LABELS)
+MEAN_LENGTH = Gauge("speculator_mean_accepted_length", "1 + accepted / drafts over the window", LABELS)
+ALPHA = Gauge("speculator_acceptance_alpha", "Per-position acceptance α solving E(α, K) = mean length", LABELS)
+SPEEDUP = Gauge("speculator_predicted_speedup", "E(α, K) / (1 + n·c) at the served K", LABELS)
+BREAK_EVEN = Gauge("speculator_break_even_alpha", "α* for the pair's cost ratio and K", LABELS)
+PER_POSITION = Gauge("speculator_acceptance_per_position", "Drafts with positions 0..p accepted / drafts",
+                     (*LABELS, "position"))  # fmt: skip
+RUNNING = Gauge("speculator_requests_running", "vllm:num_requests_running summed over the counted pods", LABELS)
+SCRAPES = Counter("speculator_scrapes", "Scrapes of serving pods by outcome", ("outcome",))
+
+_semaphore: asyncio.Semaphore | None = None
+_session: aiohttp.ClientSession | None = None
+
+
+def _client() -> tuple[asyncio.Semaphore, aiohttp.ClientSession]:
+    global _semaphore, _session
+    if _semaphore is None:
+        _semaphore = asyncio.Semaphore(SCRAPE_CONCURRENCY)
+    if _session is None or _session.closed:
+        _session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=SCRAPE_CONCURRENCY, force_close=True),
+            headers={"Accept": "text/plain;version=0.0.4"},
+        )
+    return _semaphore, _session
+
+
+@kopf.on.cleanup()
+async def close_session(**_: Any) -> None:
+    if _session is not None and not _session.closed:
+        await _session.close()
+
+
+def _target(pod: kopf.Body) -> dict[str, Any] | None:
+    """A serving pod as a scrape target: its address, the vLLM port, its revision, whether it is Ready."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    port = None
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for p in container.get("ports") or []:
+            if p.get("name") == "http":
+                port = p.get("containerPort")
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return {
+        "pod": meta.get("name"),
+        "ip": status.get("podIP"),
+        "port": port,
+        "revision": (meta.get("labels") or {}).get(REVISION_LABEL),
+        "ready": ready and not meta.get("deletionTimestamp"),
+    }
+
+
+_serving_pods = {"app.kubernetes.io/managed-by": MANAGED_BY, "speculators.dev/deployment": kopf.PRESENT}
+
+
+@kopf.index("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]
+def serving_pods(*, body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any) -> dict[Any, Any]:
+    """(namespace, deployment) -> its serving pods as scrape targets, kept by kopf from the pod watch."""
+    return {(namespace, labels["speculators.dev/deployment"]): _target(body)}
+
+
+def _allowed(ip: str) -> bool:
+    if not NETWORKS:
+        return True
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return any(address in net for net in NETWORKS)
+
+
+async def fetch_metrics(url: str) -> str:
+    """GET a /metrics body, bounded in time and size; MetricsError says what went wrong."""
+    semaphore, session = _client()
+    async with semaphore:
+        try:
+            timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT)
+            async with session.get(url, timeout=timeout, allow_redirects=False) as resp:
+                if resp.status != 200:
+                    SCRAPES.labels("http_error").inc()
+                    raise MetricsError("HTTPError", f"GET {url}: HTTP {resp.status}")
+                body = bytearray()
+                async for chunk in resp.content.iter_chunked(64 * 1024):
+                    body += chunk
+                    if len(body) > MAX_BYTES:
+                        SCRAPES.labels("too_large").inc()
+                        raise MetricsError("TooLarge", f"GET {url}: more than {MAX_BYTES} bytes")
+        except TimeoutError:
+            SCRAPES.labels("timeout").inc()
+            raise MetricsError("Timeout", f"GET {url}: no complete answer within {SCRAPE_TIMEOUT:g} s") from None
+        except aiohttp.ClientError as exc:
+            SCRAPES.labels("unreachable").inc()
+            raise MetricsError("Unreachable", f"GET {url}: {exc.__class__.__name__}: {str(exc)[:200]}") from None
+    return body.decode("utf-8", errors="replace")
+
+
+async def _scrape_one(window: Window, target: dict[str, Any], now: float) -> None:
+    pod, revision = str(target["pod"]), target.get("revision")
+    ip, port = target.get("ip"), target.get("port")
+    if not ip or not port:
+        window.failed(pod, revision, "NoAddress", "the pod has no address or no http port yet", now)
+        return
+    if not _allowed(str(ip)):
+        window.failed(pod, revision, "OutsideScrapeNetworks", f"{ip} lies outside SPECULATOR_SCRAPE_NETWORKS", now)
+        return
+    host = f"[{ip}]" if ":" in str(ip) else str(ip)
+    try:
+        text = await fetch_metrics(f"http://{host}:{port}/metrics")
+        sample = parse_sample(text)
+    except MetricsError as exc:
+        if exc.reason in ("Unparseable", "NoSpecDecodeMetrics"):
+            SCRAPES.labels(exc.reason.lower()).inc()
+        window.failed(pod, revision, exc.reason, str(exc), now)
+        return
+    SCRAPES.labels("ok").inc()
+    window.observe(pod, revision, sample, now)
+
+
+def _economics(status: dict[str, Any]) -> Economics | None:
+    k = status.get("numSpeculativeTokens")
+    algorithm = status.get("algorithm")
+    if not isinstance(k, int) or k < 1 or not algorithm:
+        return None
+    econ = status.get("economics") or {}
+    ratio = econ.get("costRatio")
+    max_k = econ.get("maxK")
+    cost = float(ratio) if isinstance(ratio, int | float) else None
+    return Economics(k=k, algorithm=str(algorithm), cost_ratio=cost, max_k=max_k if isinstance(max_k, int) else k)
+
+
+def _publish(namespace: str, name: str, acc: dict[str, Any]) -> None:
+    for gauge, key in ((RATE, "rate"), (MEAN_LENGTH, "meanAcceptedLength"), (ALPHA, "alpha"),
+                       (SPEEDUP, "predictedSpeedup"), (BREAK_EVEN, "breakEvenAlpha")):  # fmt: skip
+        value = acc.get(key)
+        if isinstance(value, int | float):
+            gauge.labels(namespace, name).set(value)
+        else:
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, name)
+    for position, value in enumerate(acc.get("perPosition") or []):
+        PER_POSITION.labels(namespace, name, str(position)).set(value)
+    RUNNING.labels(namespace, name).set(float((acc.get("load") or {}).get("requestsRunning") or 0.0))
+
+
+def forget(namespace: str, name: str) -> None:
+    for gauge in (RATE, MEAN_LENGTH, ALPHA, SPEEDUP, BREAK_EVEN, RUNNING):
+        with contextlib.suppress(KeyError):
+            gauge.remove(namespace, name)
+    for labels in list(PER_POSITION._metrics):  # prometheus_client has no remove-by-prefix
+        if labels[:2] == (namespace, name):
+            with contextlib.suppress(KeyError):
+                PER_POSITION.remove(*labels)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def deployment_gone(*, type: str, namespace: str | None, name: str | None, **_: Any) -> None:
+    """A deleted SpeculatorDeployment's series leave the operator's /metrics (no finalizer needed)."""
+    if type == "DELETED" and namespace and name:
+        forget(namespace, name)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=SCRAPE_INTERVAL, initial_delay=SCRAPE_INTERVAL / 2)
+async def scrape_acceptance(
+    *,
+    body: kopf.Body,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    meta: kopf.Meta,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    patch: kopf.Patch,
+    **kwargs: Any,
+) -> None:
+    serving_pods: kopf.Index[Any, Any] = kwargs["serving_pods"]  # the index above, passed by kopf by its name
+    current = dict(status or {})
+    econ = _economics(current)
+    revision = current.get("revision")
+    if namespace is None or econ is None or not revision:
+        return  # nothing served yet: nothing to measure
+    tuning = (spec.get("serving") or {}).get("tuning") or {}
+    min_samples = int(tuning.get("minSamples") or 200)
+    window_seconds = float(tuning.get("windowSeconds") or 300)
+    window: Window | None = memo.get("acceptance")
+    if window is None or window.seconds != window_seconds:
+        window = memo["acceptance"] = Window(window_seconds)
+    targets = [t for t in serving_pods.get((namespace, name), []) if t and t.get("ready")]
+    window.keep_only({str(t["pod"]) for t in targets})
+    now = time.monotonic()
+    await asyncio.gather(*(_scrape_one(window, t, now) for t in targets))
+    observed_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    acc = acceptance_status(
+        window.totals(revision, now), econ, revision=revision, observed_at=observed_at, min_samples=min_samples
+    )
+    if tuning.get("mode") == "Off":
+        acc.pop("recommendedK", None)
+    _publish(namespace, name, acc)
+    generation = int(meta.get("generation") or 0)
+    cond = effective_condition(acc, generation, min_samples)
+    conditions = list(current.get("conditions") or [])
+    old_cond = condition(conditions, CONDITION) or {}
+    cond_changed = (old_cond.get("status"), old_cond.get("reason"), old_cond.get("message")) != (
+        cond.status,
+        cond.reason,
+        cond.message,
+    )
+    if changed_materially(current.get("acceptance"), acc):
+        patch.status["acceptance"] = acc
+    if cond_changed and (old_cond.get("status") != cond.status or changed_materially(current.get("acceptance"), acc)):
+        patch.status["conditions"] = set_condition(conditions, cond)
+        if cond.status == "False" and old_cond.get("status") != "False":
+            kopf.event(body, type="Warning", reason=cond.reason, message=cond.message[:1024])
+        elif cond.status == "True" and old_cond.get("status") == "False":
+            kopf.event(body, type="Normal", reason=cond.reason, message=cond.message[:1024])

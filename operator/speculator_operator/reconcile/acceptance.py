@@ -1,0 +1,358 @@
+"""Live acceptance from vLLM's spec-decode counters (shared/reference/vllm.md §6): one scrape's numbers,
+per-pod increments over a sliding window, and what `status.acceptance` and the `SpeculationEffective`
+condition say about them. Pure: controllers/telemetry.py scrapes, keeps the window and writes.
+
+- rate = accepted / drafted tokens; mean accepted length L = 1 + accepted / drafts (the bonus token
+  included, 1..K+1);
+- α, the per-position acceptance of the economics model, solves E(α, K) = L: the raw rate is not α
+  (at α = 0.2, K = 3 the rate is ≈ 0.083 while α* ≈ 0.128 and speculation still pays);
+- per position p: drafts whose first p+1 tokens were accepted / drafts (unconditional, as vLLM counts);
+- a counter below its last value means the pod restarted: its new value is the increase (Prometheus's
+  rule); pods of another revision than the one served now are not counted, and said so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from speculator_operator.api.common import Condition, make_condition
+from speculator_operator.economics import (
+    alpha_from_mean_length,
+    best_k,
+    break_even_alpha,
+    draft_forwards,
+    speedup,
+)
+
+DRAFTS = "vllm:spec_decode_num_drafts"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+GENERATED = "vllm:generation_tokens"
+RUNNING = "vllm:num_requests_running"
+CONDITION = "SpeculationEffective"
+MAX_FAILING_LISTED = 10
+
+
+class MetricsError(Exception):
+    """A pod's metrics could not be used: `reason` is a CamelCase word for the status."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One scrape of one pod: counters summed over vLLM's engines (and model names), the running gauge."""
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    per_position: tuple[float, ...] = ()
+    generated: float = 0.0
+    running: float = 0.0
+
+    def counters(self) -> tuple[float, ...]:
+        return (self.drafts, self.draft_tokens, self.accepted, self.generated, *self.per_position)
+
+
+# the sample names read: counters by their `_total` series (prometheus_client's exposition interleaves
+# `_total` and `_created` per label set, so its parser may split one counter into several families)
+SERIES = {f"{DRAFTS}_total", f"{DRAFT_TOKENS}_total", f"{ACCEPTED}_total", f"{PER_POSITION}_total",
+          f"{GENERATED}_total", RUNNING}  # fmt: skip
+
+
+def parse_sample(text: str) -> Sample:
+    """vLLM's /metrics text, parsed by prometheus_client's own parser; series summed over their labels
+    (engines, model names), per-position counters by position."""
+    sums: dict[str, float] = {}
+    positions: dict[int, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name not in SERIES:
+                    continue
+                value = float(s.value)
+                if not math.isfinite(value) or value < 0:
+                    raise MetricsError("Unparseable", f"{s.name} has the value {s.value}")
+                if s.name == f"{PER_POSITION}_total":
+                    try:
+                        position = int(s.labels.get("position", ""))
+                    except ValueError:
+                        raise MetricsError(
+                            "Unparseable", f"{s.name} has position {s.labels.get('position')!r}"
+                        ) from None
+                    if not 0 <= position < 1024:
+                        raise MetricsError("Unparseable", f"{s.name} has position {position}")
+                    positions[position] = positions.get(position, 0.0) + value
+                else:
+                    sums[s.name] = sums.get(s.name, 0.0) + value
+    except MetricsError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise MetricsError("Unparseable", f"not Prometheus text: {str(exc)[:200]}") from None
+    if not {f"{DRAFTS}_total", f"{DRAFT_TOKENS}_total", f"{ACCEPTED}_total"} <= set(sums):
+        raise MetricsError(
+            "NoSpecDecodeMetrics",
+            "no vllm:spec_decode_* counters (the draft not loaded, or --disable-log-stats set)",
+        )
+    per_position = tuple(positions.get(p, 0.0) for p in range(max(positions) + 1)) if positions else ()
+    return Sample(
+        drafts=sums[f"{DRAFTS}_total"],
+        draft_tokens=sums[f"{DRAFT_TOKENS}_total"],
+        accepted=sums[f"{ACCEPTED}_total"],
+        per_position=per_position,
+        generated=sums.get(f"{GENERATED}_total", 0.0),
+        running=sums.get(RUNNING, 0.0),
+    )
+
+
+@dataclass(frozen=True)
+class Increment:
+    """What one pod's counters grew by between two scrapes, `since` and `at` (and its load at the second)."""
+
+    since: float
+    at: float
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    per_position: tuple[float, ...]
+    generated: float
+    running: float
+
+
+def increment(prev: Sample, cur: Sample, since: float, at: float) -> tuple[Increment, bool]:
+    """cur − prev, and whether the counters were reset (then cur itself is the increase)."""
+    reset = any(c < p for c, p in zip(cur.counters(), prev.counters(), strict=False)) or len(cur.per_position) < len(
+        prev.per_position
+    )
+    base = Sample() if reset else prev
+    positions = tuple(
+        c - (base.per_position[i] if i < len(base.per_position) else 0.0) for i, c in enumerate(cur.per_position)
+    )
+    inc = Increment(
+        since=since,
+        at=at,
+        drafts=cur.drafts - base.drafts,
+        draft_tokens=cur.draft_tokens - base.draft_tokens,
+        accepted=cur.accepted - base.accepted,
+        per_position=positions,
+        generated=cur.generated - base.generated,
+        running=cur.running,
+    )
+    return inc, reset
+
+
+@dataclass
+class PodTrack:
+    revision: str | None
+    last: Sample | None = None
+    last_at: float = 0.0
+    increments: deque[Increment] = field(default_factory=deque)
+    resets: int = 0
+    error: tuple[str, str] | None = None  # (reason, message) of the last scrape, when it failed
+
+
+@dataclass
+class Totals:
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    per_position: list[float] = field(default_factory=list)
+    generated: float = 0.0
+    running: float = 0.0  # the summed latest load of the pods counted
+    span: float = 0.0  # seconds the increments cover
+    counted: int = 0  # pods of the served revision that answered
+    resets: int = 0
+    other_revision: int = 0
+    failing: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod -> (reason, message)
+
+
+class Window:
+    """Per-pod increments over the last `seconds` (kept in memory: an operator restart starts afresh,
+    and says so through `NotEnoughSamples` until the window has filled again)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.pods: dict[str, PodTrack] = {}
+
+    def observe(self, pod: str, revision: str | None, sample: Sample, at: float) -> None:
+        track = self.pods.get(pod)
+        if track is None or track.revision != revision:
+            track = self.pods[pod] = PodTrack(revision)
+        if track.last is not None:
+            inc, reset = increment(track.last, sample, track.last_at, at)
+            track.increments.append(inc)
+            track.resets += int(reset)
+        track.last, track.last_at, track.error = sample, at, None
+        self._trim(track, at)
+
+    def failed(self, pod: str, revision: str | None, reason: str, message: str, at: float) -> None:
+        track = self.pods.get(pod)
+        if track is None or track.revision != revision:
+            track = self.pods[pod] = PodTrack(revision)
+        track.error = (reason, message)
+        self._trim(track, at)
+
+    def keep_only(self, pods: set[str]) -> None:
+        for gone in set(self.pods) - pods:
+            del self.pods[gone]
+
+    def _trim(self, track: PodTrack, now: float) -> None:
+        while track.increments and track.increments[0].at < now - self.seconds:
+            track.increments.popleft()
+
+    def totals(self, revision: str | None, now: float) -> Totals:
+        out = Totals()
+        earliest = now
+        for name, track in sorted(self.pods.items()):
+            if track.error is not None:
+                out.failing[name] = track.error
+                continue
+            if track.revision != revision:
+                out.other_revision += 1
+                continue
+            self._trim(track, now)
+            out.counted += 1
+            out.resets += track.resets
+            if track.last is not None:
+                out.running += track.last.running
+            for inc in track.increments:
+                out.drafts += inc.drafts
+                out.draft_tokens += inc.draft_tokens
+                out.accepted += inc.accepted
+                out.generated += inc.generated
+                for i, v in enumerate(inc.per_position):
+                    if i >= len(out.per_position):
+                        out.per_position.append(0.0)
+                    out.per_position[i] += v
+            if track.increments:
+                earliest = min(earliest, track.increments[0].since)
+        out.span = max(0.0, now - earliest)
+        return out
+
+
+@dataclass(frozen=True)
+class Economics:
+    """What the served pair costs: K as served, the algorithm, the draft/verifier cost ratio (None when
+    the verifier's config was not readable) and the largest K the checkpoint allows."""
+
+    k: int
+    algorithm: str
+    cost_ratio: float | None
+    max_k: int
+
+
+def _r(x: float, digits: int = 4) -> float:
+    return round(x, digits)
+
+
+def acceptance_status(
+    totals: Totals, econ: Economics, *, revision: str | None, observed_at: str, min_samples: int
+) -> dict[str, Any]:
+    """`status.acceptance` from a window's totals."""
+    out: dict[str, Any] = {
+        "revision": revision,
+        "k": econ.k,
+        "observedAt": observed_at,
+        "drafts": int(totals.drafts),
+        "windowSeconds": round(totals.span),
+        "pods": {"counted": totals.counted},
+        "load": {
+            "requestsRunning": _r(totals.running, 2),
+            "generationTokensPerSecond": _r(totals.generated / totals.span, 2) if totals.span > 0 else 0.0,
+        },
+    }
+    if totals.failing:
+        out["pods"]["failing"] = [
+            {"pod": pod, "reason": reason, "message": message[:300]}
+            for pod, (reason, message) in list(totals.failing.items())[:MAX_FAILING_LISTED]
+        ]
+    if totals.other_revision:
+        out["pods"]["otherRevision"] = totals.other_revision
+    if totals.resets:
+        out["pods"]["counterResets"] = totals.resets
+    if totals.draft_tokens <= 0 or totals.drafts <= 0:
+        return out
+    mean_length = 1.0 + totals.accepted / totals.drafts
+    alpha = alpha_from_mean_length(mean_length, econ.k)
+    out.update(
+        rate=_r(totals.accepted / totals.draft_tokens),
+        percent=f"{100 * totals.accepted / totals.draft_tokens:.1f}%",
+        meanAcceptedLength=_r(mean_length),
+        alpha=_r(alpha),
+        perPosition=[_r(v / totals.drafts) for v in totals.per_position[: econ.k]],
+    )
+    if econ.cost_ratio is not None:
+        n = draft_forwards(econ.algorithm, econ.k)
+        star = break_even_alpha(econ.k, econ.cost_ratio, n)
+        out["breakEvenAlpha"] = None if star is None else _r(star)
+        out["predictedSpeedup"] = _r(speedup(alpha, econ.k, econ.cost_ratio, n), 3)
+        out["recommendedK"] = best_k(alpha, econ.cost_ratio, econ.algorithm, max(1, econ.max_k))[0]
+    if totals.drafts < min_samples:
+        out["note"] = f"{int(totals.drafts)} drafts in the window, {min_samples} needed to judge"
+    return out
+
+
+def effective_condition(acc: dict[str, Any], generation: int, min_samples: int) -> Condition:
+    """SpeculationEffective: True when the predicted speedup exceeds 1, False below break-even, Unknown
+    without enough evidence (NotEnoughSamples) or without metrics (NoMetrics)."""
+    pods = acc.get("pods") or {}
+    if not pods.get("counted"):
+        failing = pods.get("failing") or []
+        why = "; ".join(f"{f['pod']}: {f['reason']}" for f in failing[:3]) or "no ready serving pod to scrape"
+        return make_condition(generation, CONDITION, None, "NoMetrics", why)
+    drafts = int(acc.get("drafts") or 0)
+    if drafts < min_samples or "alpha" not in acc:
+        return make_condition(
+            generation, CONDITION, None, "NotEnoughSamples", f"{drafts} drafts in the window, {min_samples} needed"
+        )
+    if acc.get("predictedSpeedup") is None:
+        return make_condition(
+            generation, CONDITION, None, "NoCostModel",
+            f"acceptance {acc['alpha']} measured, but the verifier's config was not readable to price the draft",
+        )  # fmt: skip
+    alpha, star, gain = acc["alpha"], acc.get("breakEvenAlpha"), acc["predictedSpeedup"]
+    numbers = (
+        f"α {alpha:.3f} (rate {acc['rate']:.3f}, mean accepted length {acc['meanAcceptedLength']:.2f}), "
+        f"break-even α* {'none: it never pays' if star is None else f'{star:.3f}'}, "
+        f"predicted speedup {gain:.2f}x at K={acc.get('k', '?')}, over {drafts} drafts"
+    )
+    if gain > 1.0:
+        return make_condition(generation, CONDITION, True, "AboveBreakEven", numbers)
+    return make_condition(generation, CONDITION, False, "BelowBreakEven", numbers)
+
+
+# what a status write compares: a change below these steps is not worth a write
+MATERIAL = {"rate": 2, "alpha": 2, "meanAcceptedLength": 2, "predictedSpeedup": 2, "breakEvenAlpha": 3}
+
+
+def _material_view(acc: dict[str, Any] | None) -> tuple[Any, ...]:
+    if not acc:
+        return ()
+    rounded = tuple(
+        None if acc.get(key) is None else round(float(acc[key]), digits) for key, digits in MATERIAL.items()
+    )
+    pods = acc.get("pods") or {}
+    failing = tuple(sorted((f["pod"], f["reason"]) for f in pods.get("failing") or []))
+    per_position = tuple(round(v, 2) for v in acc.get("perPosition") or [])
+    return (
+        rounded,
+        per_position,
+        acc.get("recommendedK"),
+        acc.get("revision"),
+        pods.get("counted"),
+        pods.get("otherRevision"),
+        failing,
+        "note" in acc,
+    )
+
+
+def changed_materially(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    return _material_view(old) != _material_view(new)
