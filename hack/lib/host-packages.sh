@@ -35,3 +35,7 @@ need_node_packages() {
 need_image_packages() {
   need_packages podman=podman buildah=buildah /usr/sbin/runc=runc mmdebstrap=mmdebstrap
 }
+# promtool, which checks the chart's alert rules and dashboard queries (Debian's prometheus package).
+need_monitoring_packages() {
+  need_packages /usr/bin/promtool=prometheus
+}

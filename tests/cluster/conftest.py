@@ -37,6 +37,11 @@ from ..ckptgen import eagle3, write_checkpoint
 REPO = Path(__file__).resolve().parents[2]
 # the operator runs in-process here: let its verifier-revision timer tick fast (read when it is imported)
 os.environ.setdefault("SPECULATOR_POLL_TICK_SECONDS", "2")
+# and its acceptance scrapes: every second, and only addresses on this machine (the real node's pods, and
+# kwok pods a test placed in 127.0.0.0/8 for a stand-in to answer); kwok's fake pod IPs are never dialled
+os.environ.setdefault("SPECULATOR_SCRAPE_INTERVAL_SECONDS", "1")
+os.environ.setdefault("SPECULATOR_SCRAPE_NETWORKS", "127.0.0.0/8,10.250.0.0/24")
+os.environ.setdefault("SPECULATOR_SCRAPE_TIMEOUT_SECONDS", "1")
 
 
 @dataclass

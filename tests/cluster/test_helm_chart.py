@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .conftest import REPO, Cluster
 
@@ -67,3 +70,72 @@ def test_installed_chart_grants_what_the_operator_uses_and_no_more(
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Available", "deployment/speculator-operator",
                     "--timeout=90s")  # fmt: skip
     helm(cluster, tmp_path, "uninstall", release, "-n", namespace, "--wait")
+
+
+PROMTOOL = "/usr/bin/promtool"
+
+
+def promtool(tmp_path: Path, *args: str) -> str:
+    if not os.access(PROMTOOL, os.X_OK):
+        if os.environ.get("SPECULATOR_REQUIRE_NODE") == "1":  # hack/test as root installs it (Debian's prometheus)
+            raise AssertionError(f"{PROMTOOL} missing although hack/test could install it")
+        pytest.skip(f"no {PROMTOOL} (Debian's prometheus package; hack/test installs it as root)")
+    out = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def test_monitoring_objects_render_and_promtool_checks_the_alerts_and_the_dashboards_queries(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    flags = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
+             "--set", "metrics.dashboard.enabled=true"]  # fmt: skip
+    helm(cluster, tmp_path, "lint", str(CHART), "--strict", *flags)
+    docs = [
+        d for d in yaml.safe_load_all(helm(cluster, tmp_path, "template", "so", str(CHART), "-n", "mon", *flags)) if d
+    ]
+    by_kind = {d["kind"]: d for d in docs}
+    assert by_kind["ServiceMonitor"]["spec"]["endpoints"][0]["port"] == "metrics"
+    service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-metrics"))
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    # the alert rules, as Prometheus reads them: checked, then tested on scripted series
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": by_kind["PrometheusRule"]["spec"]["groups"]}))
+    promtool(tmp_path, "check", "rules", "rules.yaml")
+    summary = "Speculation on ml/qwen costs more than it saves"
+    description = (
+        "Predicted speedup 0.80x: the measured acceptance is below break-even. Retrain the draft for this "
+        "verifier, lower K, or serve without it (kubectl describe sdep shows SpeculationEffective)."
+    )
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": 'speculator_predicted_speedup{namespace="ml",name="qwen"}', "values": "0.8x30"},
+                {"series": 'speculator_predicted_speedup{namespace="ml",name="fine"}', "values": "2.4x30"},
+                {"series": 'speculator_predicted_speedup{namespace="ml",name="brief"}', "values": "0.5x3 2x27"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": "SpeculationBelowBreakEven", "exp_alerts": []},
+                {"eval_time": "20m", "alertname": "SpeculationBelowBreakEven", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "namespace": "ml", "name": "qwen"},
+                    "exp_annotations": {"summary": summary, "description": description},
+                }]},
+            ],
+        }],
+    }  # fmt: skip
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+    promtool(tmp_path, "test", "rules", "tests.yaml")
+    # the dashboard: valid JSON whose every query is valid PromQL (checked as recording rules)
+    dashboard = json.loads(by_kind["ConfigMap"]["data"]["speculator-operator.json"])
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 7
+    metrics_named = {m for e in exprs for m in re.findall(r"speculator_[a-z_]+", e)}
+    assert metrics_named >= {"speculator_acceptance_rate", "speculator_acceptance_per_position",
+                             "speculator_predicted_speedup", "speculator_requests_running"}  # fmt: skip
+    concrete = [e.replace("$namespace", ".*").replace("$deployment", ".*") for e in exprs]
+    rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:q{i}", "expr": e}
+                                                         for i, e in enumerate(concrete)]}]}  # fmt: skip
+    (tmp_path / "dashboard-rules.yaml").write_text(yaml.safe_dump(rules))
+    promtool(tmp_path, "check", "rules", "dashboard-rules.yaml")

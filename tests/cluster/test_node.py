@@ -79,7 +79,11 @@ def node_ns(
         name, client.V1Secret(metadata=client.V1ObjectMeta(name="s3"), string_data=cluster.s3.env())
     )
     home = tmp_path_factory.mktemp("helm")
-    values = {"watchNamespaces": [name], **ON_NODE}
+    values = {
+        "watchNamespaces": [name],
+        "acceptance": {"scrapeIntervalSeconds": 3, "scrapeNetworks": ["10.250.0.0/24"]},
+        **ON_NODE,
+    }
     (home / "values.json").write_text(json.dumps(values))
     helm(
         cluster,
@@ -289,6 +293,14 @@ def test_a_train_job_in_real_pods_publishes_a_draft_that_a_real_pod_serves(
     # a completion through the Service (once kube-proxy answers its ClusterIP), and real spec-decode counters
     ip = get(cluster, node_ns, "service/tiny")["spec"]["clusterIP"]
     eventually(lambda: _assert(kube_proxy_serves(ip), f"kube-proxy has not programmed {ip} yet"), timeout=60)
+
+    # the in-cluster operator scrapes the pod's metrics: a first scrape before any request is the baseline
+    def counted() -> dict[str, Any]:
+        acc = get(cluster, node_ns, "sdep/tiny")["status"].get("acceptance") or {}
+        assert (acc.get("pods") or {}).get("counted") == 1, acc
+        return acc
+
+    eventually(counted, timeout=60)
     out = post(f"http://{ip}:8000/v1/completions", {"model": "tiny", "prompt": "the verifier", "max_tokens": 16})
     assert out["choices"][0]["text"]
     with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8000/metrics", timeout=10) as resp:
@@ -300,6 +312,25 @@ def test_a_train_job_in_real_pods_publishes_a_draft_that_a_real_pod_serves(
     ]
     assert drafted
     assert sum(drafted) > 0
+    drafts = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("vllm:spec_decode_num_drafts_total{")
+    )
+
+    # status.acceptance counts exactly what vLLM counted since the baseline (min samples not reached yet)
+    def scraped() -> dict[str, Any]:
+        acc = counted()
+        assert acc.get("drafts") == int(drafts), (acc, drafts)
+        return acc
+
+    acc = eventually(scraped, timeout=60)
+    assert 0.0 <= acc["rate"] <= 1.0
+    assert 1.0 <= acc["meanAcceptedLength"] <= acc["k"] + 1
+    assert len(acc["perPosition"]) == acc["k"]
+    effective = next(c for c in get(cluster, node_ns, "sdep/tiny")["status"]["conditions"]
+                     if c["type"] == "SpeculationEffective")  # fmt: skip
+    assert (effective["status"], effective["reason"]) == ("Unknown", "NotEnoughSamples")
     print(f"train job apply -> published {published:.0f} s, -> served (real pod Ready) {served:.0f} s")
 
 

@@ -16,6 +16,7 @@ from speculator_operator.reconcile.acceptance import (
     changed_materially,
     effective_condition,
     increment,
+    merge_patch,
     parse_sample,
 )
 
@@ -171,3 +172,10 @@ def test_only_material_changes_are_written() -> None:
     assert changed_materially(None, a)
     moved = dict(a, revision="r2")
     assert changed_materially(a, moved)
+
+
+def test_merge_patch_removes_what_is_gone() -> None:
+    old = {"rate": 1.0, "note": "x", "pods": {"counted": 1, "failing": [{"pod": "p"}]}}
+    new = {"rate": 0.5, "pods": {"counted": 2}}
+    assert merge_patch(old, new) == {"rate": 0.5, "note": None, "pods": {"counted": 2, "failing": None}}
+    assert merge_patch(None, new) == new

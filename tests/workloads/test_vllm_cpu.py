@@ -16,6 +16,7 @@ import pytest
 
 from speculator_operator.economics import schedule_from_cutoff
 from speculator_operator.localcluster.cluster import free_port, tail
+from speculator_operator.reconcile.acceptance import parse_sample
 from speculator_operator.releases import get_release, has_disable_by_batch_size, has_per_batch_size_schedule
 
 pytestmark = pytest.mark.workloads
@@ -110,6 +111,15 @@ def test_pinned_vllm_serves_a_speculators_draft_with_the_cut_off(
         assert 'model_name="tiny-verifier"' in metrics
         drafts = [line for line in metrics.splitlines() if line.startswith("vllm:spec_decode_num_draft_tokens_total")]
         assert any(float(line.rsplit(" ", 1)[1]) > 0 for line in drafts), drafts
+        # the operator's parser reads real vLLM's text: K positions, and counters that add up
+        sample = parse_sample(metrics)
+        assert sample.drafts > 0
+        assert sample.draft_tokens == 3 * sample.drafts  # K = 3 below the cut-off (one request at a time)
+        assert 0 <= sample.accepted <= sample.draft_tokens
+        assert len(sample.per_position) == 3
+        assert sum(sample.per_position) == sample.accepted  # each accepted token counted at its position
+        assert list(sample.per_position) == sorted(sample.per_position, reverse=True)
+        assert sample.generated > 0
     finally:
         server.stop()
 

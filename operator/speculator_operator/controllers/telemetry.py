@@ -35,6 +35,7 @@ from speculator_operator.reconcile.acceptance import (
     acceptance_status,
     changed_materially,
     effective_condition,
+    merge_patch,
     parse_sample,
 )
 from speculator_operator.reconcile.deployment import REVISION_LABEL
@@ -208,10 +209,14 @@ def forget(namespace: str, name: str) -> None:
                 PER_POSITION.remove(*labels)
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
-def deployment_gone(*, type: str, namespace: str | None, name: str | None, **_: Any) -> None:
+def _deleted(type: str, **_: Any) -> bool:
+    return type == "DELETED"
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, when=_deleted)
+def deployment_gone(*, namespace: str | None, name: str | None, **_: Any) -> None:
     """A deleted SpeculatorDeployment's series leave the operator's /metrics (no finalizer needed)."""
-    if type == "DELETED" and namespace and name:
+    if namespace and name:
         forget(namespace, name)
 
 
@@ -261,7 +266,7 @@ async def scrape_acceptance(
         cond.message,
     )
     if changed_materially(current.get("acceptance"), acc):
-        patch.status["acceptance"] = acc
+        patch.status["acceptance"] = merge_patch(current.get("acceptance"), acc)  # kopf's patch is a merge patch
     if cond_changed and (old_cond.get("status") != cond.status or changed_materially(current.get("acceptance"), acc)):
         patch.status["conditions"] = set_condition(conditions, cond)
         if cond.status == "False" and old_cond.get("status") != "False":

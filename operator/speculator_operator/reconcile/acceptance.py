@@ -349,6 +349,7 @@ def _material_view(acc: dict[str, Any] | None) -> tuple[Any, ...]:
         acc.get("revision"),
         pods.get("counted"),
         pods.get("otherRevision"),
+        pods.get("counterResets"),
         failing,
         "note" in acc,
     )
@@ -356,3 +357,15 @@ def _material_view(acc: dict[str, Any] | None) -> tuple[Any, ...]:
 
 def changed_materially(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     return _material_view(old) != _material_view(new)
+
+
+def merge_patch(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """`new` as a JSON merge patch over `old`: a key `old` has and `new` lacks is set to None (removed),
+    nested objects likewise, so that a pod no longer failing leaves the list."""
+    out: dict[str, Any] = dict(new)
+    for key, value in (old or {}).items():
+        if key not in new:
+            out[key] = None
+        elif isinstance(value, dict) and isinstance(new[key], dict):
+            out[key] = merge_patch(value, new[key])
+    return out
