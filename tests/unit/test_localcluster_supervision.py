@@ -66,3 +66,20 @@ def test_port_in_use_is_retried_then_reported(tmp_path: Path) -> None:
 
 def test_tail_of_missing_file_is_empty(tmp_path: Path) -> None:
     assert tail(tmp_path / "nope.log") == ""
+
+
+def test_an_operator_of_the_local_cluster_never_dials_kwoks_fake_pod_range() -> None:
+    import ipaddress
+
+    from speculator_operator.localcluster.cluster import scrape_networks
+    from speculator_operator.localcluster.kwok import FAKE_POD_CIDR
+    from speculator_operator.localcluster.network import NODE_CIDR
+
+    fake = ipaddress.ip_network(FAKE_POD_CIDR)
+    for node in (None, "speculator-node"):
+        networks = [ipaddress.ip_network(n) for n in scrape_networks(node).split(",")]
+        assert not any(n.overlaps(fake) for n in networks)
+        assert all(n.subnet_of(ipaddress.ip_network("127.0.0.0/8")) or n == ipaddress.ip_network(NODE_CIDR)
+                   for n in networks)  # fmt: skip
+    assert NODE_CIDR in scrape_networks("speculator-node")
+    assert NODE_CIDR not in scrape_networks(None)

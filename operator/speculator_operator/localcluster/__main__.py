@@ -20,6 +20,7 @@ from speculator_operator.localcluster.cluster import (
     LocalCluster,
     load_state,
     running_components,
+    scrape_networks,
     stop_recorded,
 )
 
@@ -121,6 +122,8 @@ def _print_exports(state: dict[str, object]) -> None:
         print(f"export AWS_ACCESS_KEY_ID={shlex.quote(s3['access_key'])}")
         print(f"export AWS_SECRET_ACCESS_KEY={shlex.quote(s3['secret_key'])}")
         print(f"export AWS_DEFAULT_REGION={shlex.quote(s3['region'])}")
+    node = state.get("node")
+    print(f"export SPECULATOR_SCRAPE_NETWORKS={shlex.quote(scrape_networks(node if isinstance(node, str) else None))}")
     print(f'export PATH={shlex.quote(str(state["bin_dir"]))}:"$PATH"')
 
 

@@ -77,10 +77,16 @@ class ClusterInfo:
         return self.bin_dir / "kubectl"
 
     def env(self) -> dict[str, str]:
-        env = {"KUBECONFIG": str(self.kubeconfig)}
+        env = {"KUBECONFIG": str(self.kubeconfig), "SPECULATOR_SCRAPE_NETWORKS": scrape_networks(self.node)}
         if self.s3:
             env.update(self.s3.env())
         return env
+
+
+def scrape_networks(node: str | None) -> str:
+    """Where an operator of this cluster may dial a serving pod's /metrics: this machine's own addresses
+    (kwok pods a test placed in 127.0.0.0/8, the real node's pods), never kwok's fake pod range."""
+    return "127.0.0.0/8" + (f",{network.NODE_CIDR}" if node else "")
 
 
 class LocalCluster(Supervisor):
