@@ -57,16 +57,22 @@ class StandIn:
 
     def text(self) -> str:
         rows = []
-        for name, value in (("vllm:spec_decode_num_drafts", self.drafts),
-                            ("vllm:spec_decode_num_draft_tokens", self.drafts * self.k),
-                            ("vllm:spec_decode_num_accepted_tokens", self.accepted)):  # fmt: skip
-            rows += [f"# HELP {name}_total stand-in", f"# TYPE {name}_total counter",
-                     f'{name}_total{{engine="0",model_name="m"}} {float(value)}',
-                     f'{name}_created{{engine="0",model_name="m"}} 1.7e+09']  # fmt: skip
+        for name, value in (
+            ("vllm:spec_decode_num_drafts", self.drafts),
+            ("vllm:spec_decode_num_draft_tokens", self.drafts * self.k),
+            ("vllm:spec_decode_num_accepted_tokens", self.accepted),
+        ):
+            rows += [
+                f"# HELP {name}_total stand-in",
+                f"# TYPE {name}_total counter",
+                f'{name}_total{{engine="0",model_name="m"}} {float(value)}',
+                f'{name}_created{{engine="0",model_name="m"}} 1.7e+09',
+            ]
         name = "vllm:spec_decode_num_accepted_tokens_per_pos"
         rows += [f"# HELP {name}_total stand-in", f"# TYPE {name}_total counter"]
-        rows += [f'{name}_total{{engine="0",model_name="m",position="{p}"}} {float(v)}'
-                 for p, v in enumerate(self.positions)]  # fmt: skip
+        rows += [
+            f'{name}_total{{engine="0",model_name="m",position="{p}"}} {float(v)}' for p, v in enumerate(self.positions)
+        ]
         rows += ["# TYPE vllm:num_requests_running gauge", 'vllm:num_requests_running{engine="0",model_name="m"} 3.0']
         return "\n".join(rows) + "\n"
 
@@ -158,8 +164,9 @@ def _warnings(cluster: Cluster, namespace: str, reason: str) -> list[dict[str, A
 def test_acceptance_reaches_status_and_speculation_effective_flips_once(
     cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str, standin_node: str
 ) -> None:
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("flip", store, "good", creds, replicas=1,
-                                                                     **_serving()))  # fmt: skip
+    cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=sdep("flip", store, "good", creds, replicas=1, **_serving())
+    )
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/flip", "--timeout=120s")
     status = get(cluster, namespace, "sdep/flip")["status"]
     k = status["numSpeculativeTokens"]

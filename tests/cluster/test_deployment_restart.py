@@ -58,8 +58,9 @@ def test_restart_converges_without_duplicates_or_writes(
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("steady", store, "good", creds))
         cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/steady", "--timeout=120s")
         # and its first acceptance scrape written (its kwok pod's address is not dialled: NoMetrics)
-        cluster.kubectl("wait", "-n", namespace, "--for=condition=SpeculationEffective=Unknown", "sdep/steady",
-                        "--timeout=60s")  # fmt: skip
+        cluster.kubectl(
+            "wait", "-n", namespace, "--for=condition=SpeculationEffective=Unknown", "sdep/steady", "--timeout=60s"
+        )
     first_round = operator_writes(cluster.local.audit_log, start)
     assert any(w.startswith("patch deployments//steady") for w in first_round), first_round  # the counter counts
     before = {kind: get(cluster, namespace, f"{kind}/steady")["metadata"]["resourceVersion"]

@@ -88,8 +88,14 @@ def promtool(tmp_path: Path, *args: str) -> str:
 def test_monitoring_objects_render_and_promtool_checks_the_alerts_and_the_dashboards_queries(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    flags = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
-             "--set", "metrics.dashboard.enabled=true"]  # fmt: skip
+    flags = [
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+        "--set",
+        "metrics.dashboard.enabled=true",
+    ]
     helm(cluster, tmp_path, "lint", str(CHART), "--strict", *flags)
     docs = [
         d for d in yaml.safe_load_all(helm(cluster, tmp_path, "template", "so", str(CHART), "-n", "mon", *flags)) if d
@@ -109,22 +115,30 @@ def test_monitoring_objects_render_and_promtool_checks_the_alerts_and_the_dashbo
     tests = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": [
-                {"series": 'speculator_predicted_speedup{namespace="ml",name="qwen"}', "values": "0.8x30"},
-                {"series": 'speculator_predicted_speedup{namespace="ml",name="fine"}', "values": "2.4x30"},
-                {"series": 'speculator_predicted_speedup{namespace="ml",name="brief"}', "values": "0.5x3 2x27"},
-            ],
-            "alert_rule_test": [
-                {"eval_time": "5m", "alertname": "SpeculationBelowBreakEven", "exp_alerts": []},
-                {"eval_time": "20m", "alertname": "SpeculationBelowBreakEven", "exp_alerts": [{
-                    "exp_labels": {"severity": "warning", "namespace": "ml", "name": "qwen"},
-                    "exp_annotations": {"summary": summary, "description": description},
-                }]},
-            ],
-        }],
-    }  # fmt: skip
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": 'speculator_predicted_speedup{namespace="ml",name="qwen"}', "values": "0.8x30"},
+                    {"series": 'speculator_predicted_speedup{namespace="ml",name="fine"}', "values": "2.4x30"},
+                    {"series": 'speculator_predicted_speedup{namespace="ml",name="brief"}', "values": "0.5x3 2x27"},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "5m", "alertname": "SpeculationBelowBreakEven", "exp_alerts": []},
+                    {
+                        "eval_time": "20m",
+                        "alertname": "SpeculationBelowBreakEven",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", "namespace": "ml", "name": "qwen"},
+                                "exp_annotations": {"summary": summary, "description": description},
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
     promtool(tmp_path, "test", "rules", "tests.yaml")
     # the dashboard: valid JSON whose every query is valid PromQL (checked as recording rules)
@@ -132,10 +146,17 @@ def test_monitoring_objects_render_and_promtool_checks_the_alerts_and_the_dashbo
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     assert len(exprs) >= 7
     metrics_named = {m for e in exprs for m in re.findall(r"speculator_[a-z_]+", e)}
-    assert metrics_named >= {"speculator_acceptance_rate", "speculator_acceptance_per_position",
-                             "speculator_predicted_speedup", "speculator_requests_running"}  # fmt: skip
+    assert metrics_named >= {
+        "speculator_acceptance_rate",
+        "speculator_acceptance_per_position",
+        "speculator_predicted_speedup",
+        "speculator_requests_running",
+    }
     concrete = [e.replace("$namespace", ".*").replace("$deployment", ".*") for e in exprs]
-    rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:q{i}", "expr": e}
-                                                         for i, e in enumerate(concrete)]}]}  # fmt: skip
+    rules = {
+        "groups": [
+            {"name": "dashboard", "rules": [{"record": f"dashboard:q{i}", "expr": e} for i, e in enumerate(concrete)]}
+        ]
+    }
     (tmp_path / "dashboard-rules.yaml").write_text(yaml.safe_dump(rules))
     promtool(tmp_path, "check", "rules", "dashboard-rules.yaml")

@@ -328,8 +328,9 @@ def test_a_train_job_in_real_pods_publishes_a_draft_that_a_real_pod_serves(
     assert 0.0 <= acc["rate"] <= 1.0
     assert 1.0 <= acc["meanAcceptedLength"] <= acc["k"] + 1
     assert len(acc["perPosition"]) == acc["k"]
-    effective = next(c for c in get(cluster, node_ns, "sdep/tiny")["status"]["conditions"]
-                     if c["type"] == "SpeculationEffective")  # fmt: skip
+    effective = next(
+        c for c in get(cluster, node_ns, "sdep/tiny")["status"]["conditions"] if c["type"] == "SpeculationEffective"
+    )
     assert (effective["status"], effective["reason"]) == ("Unknown", "NotEnoughSamples")
     print(f"train job apply -> published {published:.0f} s, -> served (real pod Ready) {served:.0f} s")
 

@@ -21,8 +21,15 @@ from speculator_operator.reconcile.acceptance import (
 )
 
 
-def metrics_text(drafts: float, draft_tokens: float, accepted: float, per_pos: list[float], engines: int = 1,
-                 running: float = 0, generated: float = 0) -> str:  # fmt: skip
+def metrics_text(
+    drafts: float,
+    draft_tokens: float,
+    accepted: float,
+    per_pos: list[float],
+    engines: int = 1,
+    running: float = 0,
+    generated: float = 0,
+) -> str:
     """Exposition text shaped like vLLM's (one series per engine; counters with _total and _created)."""
     lines = []
     for name, value in (
@@ -136,8 +143,14 @@ def test_a_pod_that_recovers_is_counted_again() -> None:
 
 
 def _acc(drafts: float, accepted_per_draft: float, k: int = 3, c: float | None = 0.05, counted: int = 1) -> dict:
-    totals = Totals(drafts=drafts, draft_tokens=k * drafts, accepted=accepted_per_draft * drafts, span=60,
-                    counted=counted, per_position=[drafts * 0.9, drafts * 0.8, drafts * 0.7])  # fmt: skip
+    totals = Totals(
+        drafts=drafts,
+        draft_tokens=k * drafts,
+        accepted=accepted_per_draft * drafts,
+        span=60,
+        counted=counted,
+        per_position=[drafts * 0.9, drafts * 0.8, drafts * 0.7],
+    )
     return acceptance_status(totals, Economics(k, "eagle3", c, 5), revision="r", observed_at="t", min_samples=100)
 
 
@@ -153,8 +166,13 @@ def test_conditions() -> None:
     assert f"break-even α* {break_even_alpha(3, 0.05):.3f}" in cond.message
     assert effective_condition(_acc(50, 2.9), 3, 100).reason == "NotEnoughSamples"
     assert effective_condition(_acc(1000, 2.9, c=None), 3, 100).reason == "NoCostModel"
-    nothing = acceptance_status(Totals(failing={"p": ("Timeout", "x")}), Economics(3, "eagle3", 0.05, 3),
-                                revision="r", observed_at="t", min_samples=100)  # fmt: skip
+    nothing = acceptance_status(
+        Totals(failing={"p": ("Timeout", "x")}),
+        Economics(3, "eagle3", 0.05, 3),
+        revision="r",
+        observed_at="t",
+        min_samples=100,
+    )
     cond = effective_condition(nothing, 3, 100)
     assert (cond.status, cond.reason) == ("Unknown", "NoMetrics")
     assert "p: Timeout" in cond.message

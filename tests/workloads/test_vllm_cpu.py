@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from speculator_operator.economics import schedule_from_cutoff
-from speculator_operator.localcluster.cluster import free_port, tail
+from speculator_operator.localcluster.cluster import CACHE, free_port, tail
 from speculator_operator.reconcile.acceptance import parse_sample
 from speculator_operator.releases import get_release, has_disable_by_batch_size, has_per_batch_size_schedule
 
@@ -111,6 +111,10 @@ def test_pinned_vllm_serves_a_speculators_draft_with_the_cut_off(
         assert 'model_name="tiny-verifier"' in metrics
         drafts = [line for line in metrics.splitlines() if line.startswith("vllm:spec_decode_num_draft_tokens_total")]
         assert any(float(line.rsplit(" ", 1)[1]) > 0 for line in drafts), drafts
+        # recorded for bench/acceptance.py, whose stand-ins answer with it
+        recorded = CACHE / "recorded" / f"vllm-{release.vllm_version}-cpu-metrics.txt"
+        recorded.parent.mkdir(parents=True, exist_ok=True)
+        recorded.write_text(metrics)
         # the operator's parser reads real vLLM's text: K positions, and counters that add up
         sample = parse_sample(metrics)
         assert sample.drafts > 0

@@ -61,8 +61,9 @@ MEAN_LENGTH = Gauge("speculator_mean_accepted_length", "1 + accepted / drafts ov
 ALPHA = Gauge("speculator_acceptance_alpha", "Per-position acceptance α solving E(α, K) = mean length", LABELS)
 SPEEDUP = Gauge("speculator_predicted_speedup", "E(α, K) / (1 + n·c) at the served K", LABELS)
 BREAK_EVEN = Gauge("speculator_break_even_alpha", "α* for the pair's cost ratio and K", LABELS)
-PER_POSITION = Gauge("speculator_acceptance_per_position", "Drafts with positions 0..p accepted / drafts",
-                     (*LABELS, "position"))  # fmt: skip
+PER_POSITION = Gauge(
+    "speculator_acceptance_per_position", "Drafts with positions 0..p accepted / drafts", (*LABELS, "position")
+)
 RUNNING = Gauge("speculator_requests_running", "vllm:num_requests_running summed over the counted pods", LABELS)
 SCRAPES = Counter("speculator_scrapes", "Scrapes of serving pods by outcome", ("outcome",))
 
@@ -186,8 +187,13 @@ def _economics(status: dict[str, Any]) -> Economics | None:
 
 
 def _publish(namespace: str, name: str, acc: dict[str, Any]) -> None:
-    for gauge, key in ((RATE, "rate"), (MEAN_LENGTH, "meanAcceptedLength"), (ALPHA, "alpha"),
-                       (SPEEDUP, "predictedSpeedup"), (BREAK_EVEN, "breakEvenAlpha")):  # fmt: skip
+    for gauge, key in (
+        (RATE, "rate"),
+        (MEAN_LENGTH, "meanAcceptedLength"),
+        (ALPHA, "alpha"),
+        (SPEEDUP, "predictedSpeedup"),
+        (BREAK_EVEN, "breakEvenAlpha"),
+    ):
         value = acc.get(key)
         if isinstance(value, int | float):
             gauge.labels(namespace, name).set(value)

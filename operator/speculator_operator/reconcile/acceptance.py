@@ -64,8 +64,14 @@ class Sample:
 
 # the sample names read: counters by their `_total` series (prometheus_client's exposition interleaves
 # `_total` and `_created` per label set, so its parser may split one counter into several families)
-SERIES = {f"{DRAFTS}_total", f"{DRAFT_TOKENS}_total", f"{ACCEPTED}_total", f"{PER_POSITION}_total",
-          f"{GENERATED}_total", RUNNING}  # fmt: skip
+SERIES = {
+    f"{DRAFTS}_total",
+    f"{DRAFT_TOKENS}_total",
+    f"{ACCEPTED}_total",
+    f"{PER_POSITION}_total",
+    f"{GENERATED}_total",
+    RUNNING,
+}
 
 
 def parse_sample(text: str) -> Sample:
@@ -315,9 +321,12 @@ def effective_condition(acc: dict[str, Any], generation: int, min_samples: int) 
         )
     if acc.get("predictedSpeedup") is None:
         return make_condition(
-            generation, CONDITION, None, "NoCostModel",
+            generation,
+            CONDITION,
+            None,
+            "NoCostModel",
             f"acceptance {acc['alpha']} measured, but the verifier's config was not readable to price the draft",
-        )  # fmt: skip
+        )
     alpha, star, gain = acc["alpha"], acc.get("breakEvenAlpha"), acc["predictedSpeedup"]
     numbers = (
         f"α {alpha:.3f} (rate {acc['rate']:.3f}, mean accepted length {acc['meanAcceptedLength']:.2f}), "

