@@ -405,7 +405,8 @@ def test_an_image_the_node_cannot_get_is_reported_in_the_kubelets_words(
     )
 
     def reported() -> dict[str, Any]:
-        conds = {c["type"]: c for c in get(cluster, node_ns, "sdep/noimage")["status"].get("conditions", [])}
+        status = get(cluster, node_ns, "sdep/noimage").get("status") or {}  # none until the operator's first pass
+        conds = {c["type"]: c for c in status.get("conditions", [])}
         assert conds.get("Serving", {}).get("reason") in ("ErrImagePull", "ImagePullBackOff"), conds.get("Serving")
         return conds["Serving"]
 
