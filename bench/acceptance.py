@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import os
 import re
@@ -30,15 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import boto3
 import psutil
-from deployments import stamp, writes  # bench/deployments.py (this folder is on sys.path)
+from deployments import stamp, upload_pair, writes  # bench/deployments.py (this folder is on sys.path)
 from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.ckptgen import SMALL_QWEN3 as SMALL
-from tests.ckptgen import eagle3, write_checkpoint
 
 from speculator_operator.localcluster import LocalCluster
 from speculator_operator.localcluster.cluster import CACHE
@@ -156,13 +151,7 @@ def main() -> None:
                 body["status"]["capacity"]["pods"] = body["status"]["allocatable"]["pods"] = str(PORTS_PER_NODE + 10)
                 body["spec"]["podCIDR"] = f"127.{10 + i}.0.0/24"
                 core.create_node(body)
-            s3 = boto3.client("s3")
-            s3.create_bucket(Bucket="bench")
-            c, t = eagle3(SMALL, draft_vocab=1024)
-            write_checkpoint(root / "draft", c, t, sparse=False)
-            for f in (root / "draft").iterdir():
-                s3.upload_file(str(f), "bench", f"draft/{f.name}")
-            s3.put_object(Bucket="bench", Key="verifier/config.json", Body=json.dumps(SMALL).encode())
+            upload_pair(root)
             kubectl = [str(info.kubectl), "--kubeconfig", str(info.kubeconfig)]
             crds = str(Path(__file__).resolve().parents[1] / "crds")
             subprocess.run([*kubectl, "apply", "--server-side", "-f", crds], check=True, capture_output=True)

@@ -59,6 +59,17 @@ def writes(audit_log: Path, since: str, until: str | None = None) -> collections
     return count
 
 
+def upload_pair(root: Path) -> None:
+    """A small EAGLE-3 draft at s3://bench/draft and its verifier's config at s3://bench/verifier."""
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="bench")
+    c, t = eagle3(SMALL, draft_vocab=1024)
+    write_checkpoint(root / "draft", c, t, sparse=False)
+    for f in (root / "draft").iterdir():
+        s3.upload_file(str(f), "bench", f"draft/{f.name}")
+    s3.put_object(Bucket="bench", Key="verifier/config.json", Body=json.dumps(SMALL).encode())
+
+
 def wait_ready(apps: client.AppsV1Api, namespace: str, n: int, timeout: float) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
@@ -90,13 +101,7 @@ def main() -> None:
             config.load_kube_config(config_file=str(info.kubeconfig))
             api = client.ApiClient()
             core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-            s3 = boto3.client("s3")
-            s3.create_bucket(Bucket="bench")
-            c, t = eagle3(SMALL, draft_vocab=1024)
-            write_checkpoint(root / "draft", c, t, sparse=False)
-            for f in (root / "draft").iterdir():
-                s3.upload_file(str(f), "bench", f"draft/{f.name}")
-            s3.put_object(Bucket="bench", Key="verifier/config.json", Body=json.dumps(SMALL).encode())
+            upload_pair(root)
             crds = str(Path(__file__).resolve().parents[1] / "crds")
             kubectl = [str(info.kubectl), "--kubeconfig", str(info.kubeconfig)]
             subprocess.run([*kubectl, "apply", "--server-side", "-f", crds], check=True, capture_output=True)

@@ -66,10 +66,15 @@ def break_even_alpha(k: int, cost_ratio: float, forwards: int | None = None) -> 
     target = 1.0 + n * cost_ratio
     if target >= k + 1:  # even perfect acceptance cannot pay for the drafts
         return None
+    return _alpha_where_expected_tokens_is(target, k)
+
+
+def _alpha_where_expected_tokens_is(tokens: float, k: int) -> float:
+    """The α in [0, 1] with E(α, K) = tokens (1 < tokens < K + 1): E is increasing in α, so bisect."""
     lo, hi = 0.0, 1.0
-    for _ in range(200):  # E is increasing in α: bisect
+    for _ in range(200):
         mid = (lo + hi) / 2
-        if expected_tokens(mid, k) < target:
+        if expected_tokens(mid, k) < tokens:
             lo = mid
         else:
             hi = mid
@@ -87,14 +92,7 @@ def alpha_from_mean_length(mean_length: float, k: int) -> float:
         return 0.0
     if mean_length >= k + 1:
         return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(100):  # E is increasing in α: bisect
-        mid = (lo + hi) / 2
-        if expected_tokens(mid, k) < mean_length:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+    return _alpha_where_expected_tokens_is(mean_length, k)
 
 
 def best_k(alpha: float, cost_ratio: float, algorithm: str = "eagle3", k_max: int = 16) -> tuple[int, float]:
