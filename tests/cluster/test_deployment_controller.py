@@ -49,7 +49,8 @@ def test_audited_draft_is_served_and_ready(
     assert {p.spec.node_name.rsplit("-", 1)[0] for p in pods.items} == {"kwok-gpu"}
 
     table = cluster.kubectl("get", "speculators", "-n", namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "VERIFIER", "ALGORITHM", "K", "VLLM", "READY", "ACCEPTANCE", "AGE"]
+    columns = ["NAME", "PHASE", "VERIFIER", "ALGORITHM", "K", "VLLM", "READY", "ACCEPTANCE", "EFFECTIVE", "AGE"]
+    assert table[0].split() == columns
     row = table[1].split()
     # the category holds two kinds, so kubectl names each row with its kind
     assert row[:3] == ["speculatordeployment.speculators.dev/qwen", "Ready", store["verifier"]]
