@@ -87,6 +87,7 @@ def speculator_deployment_crd() -> dict[str, Any]:
             col("Age", ".metadata.creationTimestamp", "date"),
             col("Speedup", ".status.acceptance.predictedSpeedup", "number", priority=1),
             col("Best-K", ".status.acceptance.recommendedK", "integer", priority=1),
+            col("Tuned", ".status.tuning.appliedAt", "date", priority=1),
             col("Revision", ".status.revision", priority=1),
             col("Verifier-Rev", ".status.verifierRevision", priority=1),
             col("Draft-Rev", ".status.draftRevision", priority=1),

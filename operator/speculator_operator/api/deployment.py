@@ -99,17 +99,56 @@ class Cutoff(Model):
 
 
 class Tuning(Model):
-    """What the operator does with the live acceptance it measures (README: Telemetry)."""
+    """What the operator does with the live acceptance it measures (README: Telemetry, Tuning)."""
 
-    mode: Literal["Off", "Recommend"] = Field(
+    mode: Literal["Off", "Recommend", "Auto"] = Field(
         default="Recommend",
         description="Recommend: status.acceptance.recommendedK from the measured acceptance (nothing rolls); "
-        "Off: acceptance is measured and judged, nothing is recommended.",
+        "Auto: where numSpeculativeTokens is auto, the operator rolls out a new revision with the tuned K and "
+        "per-batch-size schedule (kept in status.tuning, never in the spec) once the evidence has held for "
+        "minIntervalSeconds; Off: acceptance is measured and judged, nothing is recommended.",
     )
     min_samples: int = Field(
         default=200, ge=1, le=10_000_000, description="Drafts in the window before acceptance is judged."
     )
     window_seconds: int = Field(default=300, ge=30, le=86400, description="The sliding window acceptance covers.")
+    min_k: int = Field(default=1, ge=1, le=64, description="Auto never tunes K below this.")
+    max_k: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Auto never tunes K above this (default and upper limit: the checkpoint's speculative_tokens).",
+    )
+    min_interval_seconds: int = Field(
+        default=1800,
+        ge=0,
+        le=604800,
+        description="Auto rolls out only evidence that has held this long, and at most once per this interval.",
+    )
+    hysteresis: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Auto changes K only when the new K's predicted speedup beats the served K's by this fraction.",
+    )
+    allow_disable: bool = Field(
+        default=False,
+        description="Auto may switch speculation off (a revision without --speculative-config) while the measured "
+        "acceptance is below break-even at every K; a probe revision measures it again every probeIntervalSeconds.",
+    )
+    probe_interval_seconds: int = Field(
+        default=21600,
+        ge=10,
+        le=604800,
+        description="How long speculation stays off before a probe revision speculates again to measure.",
+    )
+    saturation_tokens: int = Field(
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description="Tokens per verifier step beyond which the verifier stops being memory-bound: where the tuned "
+        "per-batch-size schedule lowers K (measure it for the GPU and model; the default is a modest GPU's).",
+    )
 
 
 class Serving(Model):
@@ -157,7 +196,15 @@ class Serving(Model):
         description="The server image (default: the release's, `speculator-operator images`), e.g. its cpu variant "
         "for CPU nodes or a copy in one's own registry. It must hold this package and the release's vLLM.",
     )
-    tuning: Tuning = Field(default_factory=Tuning, json_schema_extra={"default": {}})
+    tuning: Tuning = Field(
+        default_factory=Tuning,
+        json_schema_extra={
+            "default": {},
+            "x-kubernetes-validations": [
+                {"rule": "!has(self.maxK) || self.minK <= self.maxK", "message": "tuning.minK must not exceed maxK"}
+            ],
+        },
+    )
     env: list[dict[str, Any]] | None = Field(
         default=None,
         max_length=64,
@@ -266,6 +313,30 @@ class PairEconomics(Model):
     max_k: int | None = Field(default=None, description="The checkpoint's speculative_tokens.")
 
 
+class TuningPending(Model):
+    k: int = Field(description="The K the evidence points to (0: speculation off).")
+    since: str = Field(description="Since when the evidence has pointed there without a break.")
+    evidence: str | None = None
+
+
+class TuningStatus(Model):
+    """What Auto tuned and why (the spec is never written: GitOps would revert it)."""
+
+    mode: str | None = Field(default=None, description="The tuning mode this state belongs to.")
+    k: int | None = Field(default=None, description="The tuned K the served revision renders (0: speculation off).")
+    schedule: list[list[int]] | None = Field(
+        default=None, description="The tuned num_speculative_tokens_per_batch_size ([start, end, K] triples)."
+    )
+    applied_at: str | None = Field(default=None, description="When the last tuned revision was rolled out.")
+    evidence: str | None = Field(default=None, description="The numbers the last rollout acted on.")
+    rollouts: int | None = Field(default=None, description="Revisions Auto has rolled out for this resource.")
+    pending: TuningPending | None = Field(default=None, description="A change waiting for minIntervalSeconds.")
+    probe_at: str | None = Field(default=None, description="While speculation is off: when a probe revision rolls.")
+    probe_k: int | None = Field(default=None, description="The K a probe revision speculates with.")
+    probing: bool | None = Field(default=None, description="The served revision is a probe (speculation was off).")
+    note: str | None = None
+
+
 class RetrainStatus(Model):
     job: str = Field(description="The SpeculatorTrainJob training a draft for the new verifier revision.")
     verifier_revision: str = Field(description="The verifier revision it trains for.")
@@ -298,3 +369,4 @@ class SpeculatorDeploymentStatus(Model):
     audit: AuditSummary | None = None
     acceptance: Acceptance | None = None
     economics: PairEconomics | None = None
+    tuning: TuningStatus | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
@@ -151,8 +152,17 @@ def _post(body: kopf.Body, p: Plan) -> None:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
 
 
-def _reconcile(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, name: str, namespace: str,
-               uid: str) -> Plan:  # fmt: skip
+def reconcile_status(
+    body: kopf.Body,
+    spec: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    status: Mapping[str, Any] | None,
+    name: str,
+    namespace: str,
+    uid: str,
+) -> Plan:
+    """Observe, plan, write the status, apply the children, post the events: one reconcile of a
+    SpeculatorDeployment whose stored status is `status` (also the tuning loop's way to roll a revision)."""
     current = dict(status or {})
     generation = int(meta.get("generation") or 0)
     parsed = parse_spec(SpeculatorDeploymentSpec, spec)
@@ -189,7 +199,7 @@ def reconcile(
     current = dict(status or {})
     if holds_for_retrain(current, int(meta.get("generation") or 0)):
         return
-    p = _reconcile(body, spec, meta, status, name, namespace, uid)
+    p = reconcile_status(body, spec, meta, status, name, namespace, uid)
     if p.status.get("phase") == "Pending":
         # an input could not be read: try again later (the status above says which and why)
         raise kopf.TemporaryError("waiting for inputs; see status.conditions", delay=RETRY_SECONDS)
@@ -250,7 +260,7 @@ def poll_inputs(
         return
     action, new_status = verifier_change(parsed, current, resolved, generation)
     if action == "redeploy":
-        p = _reconcile(body, spec, meta, status, name, namespace, uid)
+        p = reconcile_status(body, spec, meta, status, name, namespace, uid)
         if resolved and retrain_due(parsed, action, p.status, resolved):
             start_retrain(body, parsed, p.status, name, namespace, uid, resolved, generation)
         return
@@ -272,7 +282,7 @@ def poll_inputs(
     for type_, reason, message in change.events:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
     if change.action == "redeploy":
-        _reconcile(body, spec, meta, status, name, namespace, uid)
+        reconcile_status(body, spec, meta, status, name, namespace, uid)
     elif change.status is not None:
         write_status(namespace, name, current, change.status)
 
@@ -316,7 +326,7 @@ def train_job_changed(*, body: kopf.Body, namespace: str | None, **_: Any) -> No
             continue  # already serving it
         obj = kopf.Body(cast(kopf.RawBody, item))
         meta = item["metadata"]
-        _reconcile(obj, obj.spec, obj.meta, obj.status, meta["name"], namespace, meta["uid"])
+        reconcile_status(obj, obj.spec, obj.meta, obj.status, meta["name"], namespace, meta["uid"])
 
 
 def refresh_owner(namespace: str, owner: str, child: dict[str, Any] | None) -> None:

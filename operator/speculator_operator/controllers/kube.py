@@ -14,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from speculator_operator.api.common import GROUP, VERSION
+from speculator_operator.reconcile import merge_patch
 
 FIELD_MANAGER = "speculator-operator"
 APPLIED = "speculators.dev/applied-hash"
@@ -86,8 +87,13 @@ def apply_children(children: list[dict[str, Any]]) -> int:
 
 
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """Only what changed (None removes a key), so an unchanged world writes nothing."""
-    patch: dict[str, Any] = {k: v for k, v in new.items() if old.get(k) != v}
+    """Only what changed (None removes a key), so an unchanged world writes nothing; a changed object is a
+    merge patch of its own, so that a key it lost is removed from the stored status too."""
+    patch: dict[str, Any] = {}
+    for k, v in new.items():
+        if old.get(k) == v:
+            continue
+        patch[k] = merge_patch(old[k], v) if isinstance(old.get(k), dict) and isinstance(v, dict) else v
     for k in old:
         if k not in new and not k.startswith("_"):
             patch[k] = None

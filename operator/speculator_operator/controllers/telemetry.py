@@ -25,20 +25,23 @@ from typing import Any
 import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
+from pydantic import ValidationError
 
-from speculator_operator.api.common import GROUP, VERSION, condition, set_condition
+from speculator_operator.api.common import GROUP, VERSION
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.controllers import deployment
 from speculator_operator.reconcile.acceptance import (
-    CONDITION,
     Economics,
     MetricsError,
     Window,
     acceptance_status,
-    changed_materially,
+    disabled_condition,
     effective_condition,
-    merge_patch,
     parse_sample,
+    plan_update,
 )
 from speculator_operator.reconcile.deployment import REVISION_LABEL
+from speculator_operator.reconcile.tuning import plan_tuning
 from speculator_operator.render.serving import MANAGED_BY
 
 PLURAL = "speculatordeployments"
@@ -66,6 +69,7 @@ PER_POSITION = Gauge(
 )
 RUNNING = Gauge("speculator_requests_running", "vllm:num_requests_running summed over the counted pods", LABELS)
 SCRAPES = Counter("speculator_scrapes", "Scrapes of serving pods by outcome", ("outcome",))
+_positions: dict[tuple[str, str], set[str]] = {}  # the position labels set per deployment, to remove them
 
 _semaphore: asyncio.Semaphore | None = None
 _session: aiohttp.ClientSession | None = None
@@ -177,7 +181,7 @@ async def _scrape_one(window: Window, target: dict[str, Any], now: float) -> Non
 def _economics(status: dict[str, Any]) -> Economics | None:
     k = status.get("numSpeculativeTokens")
     algorithm = status.get("algorithm")
-    if not isinstance(k, int) or k < 1 or not algorithm:
+    if not isinstance(k, int) or k < 0 or not algorithm:  # 0: tuning switched speculation off
         return None
     econ = status.get("economics") or {}
     ratio = econ.get("costRatio")
@@ -202,6 +206,7 @@ def _publish(namespace: str, name: str, acc: dict[str, Any]) -> None:
                 gauge.remove(namespace, name)
     for position, value in enumerate(acc.get("perPosition") or []):
         PER_POSITION.labels(namespace, name, str(position)).set(value)
+        _positions.setdefault((namespace, name), set()).add(str(position))
     RUNNING.labels(namespace, name).set(float((acc.get("load") or {}).get("requestsRunning") or 0.0))
 
 
@@ -209,10 +214,9 @@ def forget(namespace: str, name: str) -> None:
     for gauge in (RATE, MEAN_LENGTH, ALPHA, SPEEDUP, BREAK_EVEN, RUNNING):
         with contextlib.suppress(KeyError):
             gauge.remove(namespace, name)
-    for labels in list(PER_POSITION._metrics):  # prometheus_client has no remove-by-prefix
-        if labels[:2] == (namespace, name):
-            with contextlib.suppress(KeyError):
-                PER_POSITION.remove(*labels)
+    for position in _positions.pop((namespace, name), set()):
+        with contextlib.suppress(KeyError):
+            PER_POSITION.remove(namespace, name, position)
 
 
 def _deleted(type: str, **_: Any) -> bool:
@@ -235,6 +239,7 @@ async def scrape_acceptance(
     meta: kopf.Meta,
     name: str,
     namespace: str | None,
+    uid: str,
     memo: kopf.Memo,
     patch: kopf.Patch,
     **kwargs: Any,
@@ -243,39 +248,67 @@ async def scrape_acceptance(
     current = dict(status or {})
     econ = _economics(current)
     revision = current.get("revision")
-    if namespace is None or econ is None or not revision:
+    parsed = _parsed(spec)
+    if namespace is None or econ is None or not revision or parsed is None:
         return  # nothing served yet: nothing to measure
-    tuning = (spec.get("serving") or {}).get("tuning") or {}
-    min_samples = int(tuning.get("minSamples") or 200)
-    window_seconds = float(tuning.get("windowSeconds") or 300)
-    window: Window | None = memo.get("acceptance")
-    if window is None or window.seconds != window_seconds:
-        window = memo["acceptance"] = Window(window_seconds)
-    targets = [t for t in serving_pods.get((namespace, name), []) if t and t.get("ready")]
-    window.keep_only({str(t["pod"]) for t in targets})
-    now = time.monotonic()
-    await asyncio.gather(*(_scrape_one(window, t, now) for t in targets))
-    observed_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    acc = acceptance_status(
-        window.totals(revision, now), econ, revision=revision, observed_at=observed_at, min_samples=min_samples
-    )
-    if tuning.get("mode") == "Off":
-        acc.pop("recommendedK", None)
-    _publish(namespace, name, acc)
+    tuning = parsed.serving.tuning
     generation = int(meta.get("generation") or 0)
-    cond = effective_condition(acc, generation, min_samples)
-    conditions = list(current.get("conditions") or [])
-    old_cond = condition(conditions, CONDITION) or {}
-    cond_changed = (old_cond.get("status"), old_cond.get("reason"), old_cond.get("message")) != (
-        cond.status,
-        cond.reason,
-        cond.message,
-    )
-    if changed_materially(current.get("acceptance"), acc):
-        patch.status["acceptance"] = merge_patch(current.get("acceptance"), acc)  # kopf's patch is a merge patch
-    if cond_changed and (old_cond.get("status") != cond.status or changed_materially(current.get("acceptance"), acc)):
-        patch.status["conditions"] = set_condition(conditions, cond)
-        if cond.status == "False" and old_cond.get("status") != "False":
-            kopf.event(body, type="Warning", reason=cond.reason, message=cond.message[:1024])
-        elif cond.status == "True" and old_cond.get("status") == "False":
-            kopf.event(body, type="Normal", reason=cond.reason, message=cond.message[:1024])
+    acc: dict[str, Any] | None = None
+    if econ.k == 0:  # tuning switched speculation off: nothing to scrape until a probe revision runs
+        cond = disabled_condition(generation, current.get("tuning"))
+    else:
+        window: Window | None = memo.get("acceptance")
+        if window is None or window.seconds != tuning.window_seconds:
+            window = memo["acceptance"] = Window(tuning.window_seconds)
+        targets = [t for t in serving_pods.get((namespace, name), []) if t and t.get("ready")]
+        window.keep_only({str(t["pod"]) for t in targets})
+        now = time.monotonic()
+        await asyncio.gather(*(_scrape_one(window, t, now) for t in targets))
+        observed_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        acc = acceptance_status(
+            window.totals(revision, now),
+            econ,
+            revision=revision,
+            observed_at=observed_at,
+            min_samples=tuning.min_samples,
+        )
+        if tuning.mode == "Off":
+            acc.pop("recommendedK", None)
+        _publish(namespace, name, acc)
+        cond = effective_condition(acc, generation, tuning.min_samples)
+    tuned = plan_tuning(parsed, current.get("tuning"), acc, econ, time.time(), tuning.min_samples)
+    update = plan_update(current, acc, cond, tuned.state)
+    events = update.events + tuned.events
+    if tuned.rollout:
+        # the tuned state first (the render reads it from status), then the same path as any new revision
+        new = {k: v for k, v in {**current, **update.status, "tuning": tuned.state}.items() if v is not None}
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, _roll_out, body, spec, meta, current, new, name, namespace, uid)
+    else:
+        for key, value in update.status.items():
+            patch.status[key] = value  # kopf's patch is a merge patch
+    for type_, reason, message in events:
+        kopf.event(body, type=type_, reason=reason, message=message[:1024])
+
+
+def _parsed(spec: kopf.Spec) -> SpeculatorDeploymentSpec | None:
+    try:
+        return SpeculatorDeploymentSpec.model_validate(dict(spec))
+    except ValidationError:
+        return None
+
+
+def _roll_out(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    current: dict[str, Any],
+    new: dict[str, Any],
+    name: str,
+    namespace: str,
+    uid: str,
+) -> None:
+    """A tuned revision: write the tuned state, then reconcile as for any new revision (audit, render,
+    apply: the coherent-revision path an upgrade takes)."""
+    deployment.write_status(namespace, name, current, new)
+    deployment.reconcile_status(body, spec, meta, new, name, namespace, uid)

@@ -30,3 +30,15 @@ def parse_spec(model: type[M], raw: Mapping[str, Any]) -> tuple[M, Release] | Pr
         return Problem("InvalidSpec", str(exc.errors()[0]["msg"]))
     except ReleaseError as exc:
         return Problem("ReleaseUnsupported", str(exc))
+
+
+def merge_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """`new` as a JSON merge patch (RFC 7386) over `old`: a key `old` has and `new` lacks is set to None
+    (removed), nested objects likewise, so that a field that went away leaves the stored object too."""
+    out: dict[str, Any] = dict(new)
+    for key, value in (old or {}).items():
+        if key not in new:
+            out[key] = None
+        elif isinstance(value, Mapping) and isinstance(new[key], Mapping):
+            out[key] = merge_patch(value, new[key])
+    return out

@@ -20,7 +20,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from speculator_operator.api.common import Condition, make_condition
+from speculator_operator.api.common import Condition, condition, make_condition, set_condition
 from speculator_operator.economics import (
     alpha_from_mean_length,
     best_k,
@@ -28,6 +28,7 @@ from speculator_operator.economics import (
     draft_forwards,
     speedup,
 )
+from speculator_operator.reconcile import merge_patch
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -368,13 +369,45 @@ def changed_materially(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     return _material_view(old) != _material_view(new)
 
 
-def merge_patch(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
-    """`new` as a JSON merge patch over `old`: a key `old` has and `new` lacks is set to None (removed),
-    nested objects likewise, so that a pod no longer failing leaves the list."""
-    out: dict[str, Any] = dict(new)
-    for key, value in (old or {}).items():
-        if key not in new:
-            out[key] = None
-        elif isinstance(value, dict) and isinstance(new[key], dict):
-            out[key] = merge_patch(value, new[key])
+def disabled_condition(generation: int, tuning: dict[str, Any] | None) -> Condition:
+    """SpeculationEffective while tuning has switched speculation off: False, with when it measures again."""
+    state = tuning or {}
+    message = f"tuning switched speculation off ({state.get('evidence') or 'below break-even'})"
+    if state.get("probeAt"):
+        message += f"; a probe revision measures acceptance again at {state['probeAt']}"
+    return make_condition(generation, CONDITION, False, "SpeculationDisabled", message)
+
+
+@dataclass
+class Update:
+    """What one judgement writes: status fields as a merge patch (empty: no write) and events."""
+
+    status: dict[str, Any] = field(default_factory=dict)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+
+
+def plan_update(
+    current: dict[str, Any], acc: dict[str, Any] | None, cond: Condition, tuning: dict[str, Any] | None
+) -> Update:
+    """The status writes and events after one judgement: acceptance only when it changed materially, the
+    condition when its status changed (or its numbers did, together with a material change), tuning when
+    it changed; a Warning on each transition to False (never repeated while it stays False), a Normal
+    event when it recovers."""
+    out = Update()
+    old_acc = current.get("acceptance")
+    material = acc is not None and changed_materially(old_acc, acc)
+    if acc is not None and material:
+        out.status["acceptance"] = merge_patch(old_acc, acc)
+    conditions = list(current.get("conditions") or [])
+    old = condition(conditions, CONDITION) or {}
+    moved = (old.get("status"), old.get("reason")) != (cond.status, cond.reason)
+    if moved or (material and old.get("message") != cond.message):
+        out.status["conditions"] = set_condition(conditions, cond)
+        if cond.status == "False" and old.get("status") != "False":
+            out.events.append(("Warning", cond.reason, cond.message))
+        elif cond.status == "True" and old.get("status") == "False":
+            out.events.append(("Normal", cond.reason, cond.message))
+    old_tuning = current.get("tuning")
+    if tuning != old_tuning:
+        out.status["tuning"] = None if tuning is None else merge_patch(old_tuning, tuning)
     return out

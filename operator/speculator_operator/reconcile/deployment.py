@@ -31,6 +31,7 @@ from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint import AuditReport, Manifest
 from speculator_operator.reconcile import Problem
 from speculator_operator.reconcile.pods import first_problem
+from speculator_operator.reconcile.tuning import applied
 from speculator_operator.releases import Release
 from speculator_operator.render.serving import Draft, Inputs, RenderError, num_speculative_tokens, render
 
@@ -158,6 +159,7 @@ def plan(
     if ck.algorithm is None or ck.speculative_tokens is None:
         return failed(obs, "AuditFailed", "the checkpoint has no algorithm or speculative_tokens")
     draft = Draft(ck.algorithm, ck.speculative_tokens, ck.revision, ck.manifest)
+    tuned = applied(spec, obs.status.get("tuning"), ck.speculative_tokens)
     inputs = Inputs(
         name,
         namespace,
@@ -169,6 +171,7 @@ def plan(
         obs.draft_source,
         obs.verifier_content,
         obs.verifier_manifest,
+        tuned,
     )
     try:
         rendered = render(inputs)
@@ -191,7 +194,7 @@ def plan(
               f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {rendered.revision} ready"),
         phase="Ready" if ready else "Deploying",
         revision=rendered.revision,
-        numSpeculativeTokens=num_speculative_tokens(spec, draft),
+        numSpeculativeTokens=num_speculative_tokens(spec, draft, tuned),
         replicas=serving["replicas"],
         readyReplicas=serving["readyReplicas"],
         updatedReplicas=serving["updatedReplicas"],

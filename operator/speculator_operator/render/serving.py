@@ -59,6 +59,15 @@ class Draft:
 
 
 @dataclass(frozen=True)
+class Tuned:
+    """What tuning (reconcile/tuning.py) serves instead of the spec's K: K (0: no speculation) and the
+    per-batch-size schedule."""
+
+    k: int
+    schedule: tuple[tuple[int, int, int], ...] | None = None
+
+
+@dataclass(frozen=True)
 class Inputs:
     name: str
     namespace: str
@@ -70,30 +79,37 @@ class Inputs:
     draft_source: str | None = None  # the exact location read (a train job's output, a pointer's target)
     verifier_content: str | None = None  # the identity of the verifier files vLLM reads
     verifier_manifest: Manifest | None = None  # an s3 verifier's audited files
+    tuned: Tuned | None = None  # Auto's K and schedule, where the spec leaves K to the operator
 
 
 @dataclass
 class Rendered:
     children: list[dict[str, Any]]
     vllm_args: list[str]
-    speculative_config: dict[str, Any]
+    speculative_config: dict[str, Any] | None  # None: tuned off (no speculation)
     revision: str
     notes: list[tuple[str, str]] = field(default_factory=list)  # (reason, message) for conditions
 
 
-def num_speculative_tokens(spec: SpeculatorDeploymentSpec, draft: Draft) -> int:
+def num_speculative_tokens(spec: SpeculatorDeploymentSpec, draft: Draft, tuned: Tuned | None = None) -> int:
+    """K as served: the spec's, else what Auto tuned (0: speculation off), else the checkpoint's."""
     k = spec.serving.num_speculative_tokens
-    return draft.speculative_tokens if k == "auto" else int(k)
+    if k != "auto":
+        return int(k)
+    return tuned.k if tuned is not None else draft.speculative_tokens
 
 
-def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """The long-form --speculative-config for the pinned vLLM, and notes for conditions."""
+def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any] | None, list[tuple[str, str]]]:
+    """The long-form --speculative-config for the pinned vLLM (None where tuning switched speculation off),
+    and notes for conditions."""
     algo, vllm = inputs.draft.algorithm, inputs.release.vllm_version
     if algo == "mtp":
         raise RenderError("an mtp checkpoint is not a loadable draft: stitch it into the verifier (stitch-mtp)")
     if algo not in METHOD:
         raise RenderError(f"vLLM {vllm} has no drafter for {algo!r}")
-    k = num_speculative_tokens(inputs.spec, inputs.draft)
+    k = num_speculative_tokens(inputs.spec, inputs.draft, inputs.tuned)
+    if k == 0:
+        return None, [("SpeculationOff", "tuning switched speculation off; a probe revision measures it again")]
     config: dict[str, Any] = {"method": METHOD[algo], "model": draft_path, "num_speculative_tokens": k}
     if algo == "peagle":
         if not supports(vllm, "parallel_drafting"):
@@ -101,7 +117,10 @@ def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any],
         config["parallel_drafting"] = True
     notes: list[tuple[str, str]] = []
     cutoff = inputs.spec.serving.cutoff
-    if cutoff is not None:
+    tuned_schedule = inputs.tuned.schedule if inputs.tuned is not None and cutoff is None else None
+    if tuned_schedule and has_per_batch_size_schedule(vllm):
+        config["num_speculative_tokens_per_batch_size"] = [list(r) for r in tuned_schedule]
+    elif cutoff is not None:
         if has_per_batch_size_schedule(vllm):
             schedule = schedule_from_cutoff(k, cutoff.max_batch_size, inputs.spec.serving.max_num_seqs)
             config["num_speculative_tokens_per_batch_size"] = schedule.as_list()
@@ -152,7 +171,7 @@ def _verifier_location(inputs: Inputs) -> tuple[str, list[str]]:
     return verifier.uri.removeprefix("hf://"), ["--revision", inputs.verifier_revision or verifier.revision]
 
 
-def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any], list[tuple[str, str]]]:
+def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any] | None, list[tuple[str, str]]]:
     spec = inputs.spec
     config, notes = speculative_config(inputs, DRAFT_DIR)
     model, pin = _verifier_location(inputs)
@@ -164,8 +183,9 @@ def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any], list[tuple[str
         "--tensor-parallel-size", str(spec.serving.tensor_parallel_size),
         "--max-num-seqs", str(spec.serving.max_num_seqs),
         "--shutdown-timeout", str(spec.serving.shutdown_timeout_seconds),
-        "--speculative-config", json.dumps(config, separators=(",", ":"), sort_keys=True),
     ]  # fmt: skip
+    if config is not None:
+        args += ["--speculative-config", json.dumps(config, separators=(",", ":"), sort_keys=True)]
     if spec.verifier.quantization:
         args += ["--quantization", spec.verifier.quantization]
     return [*args, *spec.serving.extra_args], config, notes
