@@ -3,6 +3,7 @@ when it holds, and that alternating evidence never makes it flap."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -80,7 +81,8 @@ def test_recommend_and_off_keep_no_state_and_roll_nothing() -> None:
 def test_a_k_set_in_the_spec_is_left_alone() -> None:
     p = plan_tuning(spec(k=4), None, acc(0.3), Economics(4, "eagle3", C, 5), T0, 200)
     assert not p.rollout
-    assert p.state is not None and "numSpeculativeTokens is set" in p.state["note"]
+    assert p.state is not None
+    assert "numSpeculativeTokens is set" in p.state["note"]
     assert applied(spec(k=4), {"mode": "Auto", "k": 2}, MAX_K) is None
 
 
@@ -90,7 +92,9 @@ def test_sustained_evidence_rolls_exactly_once() -> None:
         loop.judge(T0 + i, acc(0.3))
     assert loop.rollouts == [(T0 + 30, 2)]  # held for minIntervalSeconds, then once
     assert [e[1] for e in loop.events] == ["TunedK"]
-    assert "K 5 -> 2" in loop.events[0][2] and "α 0.300" in loop.events[0][2] and "held 30 s" in loop.events[0][2]
+    assert "K 5 -> 2" in loop.events[0][2]
+    assert "α 0.300" in loop.events[0][2]
+    assert "held 30 s" in loop.events[0][2]
     assert loop.state is not None
     assert (loop.state["k"], loop.state["rollouts"]) == (2, 1)
     assert "pending" not in loop.state
@@ -100,7 +104,8 @@ def test_evidence_shorter_than_min_interval_rolls_nothing() -> None:
     loop = Loop(spec())
     for i in range(0, 26, 5):
         loop.judge(T0 + i, acc(0.3))
-    assert loop.state is not None and loop.state["pending"]["k"] == 2
+    assert loop.state is not None
+    assert loop.state["pending"]["k"] == 2
     for i in range(30, 200, 5):
         loop.judge(T0 + i, acc(0.9))  # the served K is right again: the candidate is dropped
     assert loop.rollouts == []
@@ -138,7 +143,8 @@ def test_a_judgement_without_enough_samples_starts_afresh() -> None:
     for i in range(0, 26, 5):
         loop.judge(T0 + i, acc(0.3))
     loop.judge(T0 + 27, acc(0.3, drafts=10))  # a restart: the window refills
-    assert loop.state is not None and "pending" not in loop.state
+    assert loop.state is not None
+    assert "pending" not in loop.state
     for i in range(30, 56, 5):
         loop.judge(T0 + i, acc(0.3))
     assert loop.rollouts == []
@@ -151,7 +157,8 @@ def test_hysteresis_keeps_a_k_that_is_nearly_as_good() -> None:
     alpha = 0.5
     best, gain = best_k(alpha, C, "eagle3", MAX_K)
     near = speedup(alpha, 2, C)
-    assert best != 2 and gain < near * 1.05
+    assert best != 2
+    assert gain < near * 1.05
     k, _, _ = candidate(spec(), alpha, Economics(2, "eagle3", C, MAX_K), C)
     assert k == 2
     k, _, _ = candidate(spec(hysteresis=0), alpha, Economics(2, "eagle3", C, MAX_K), C)
@@ -178,7 +185,8 @@ def test_allow_disable_turns_speculation_off_and_a_probe_measures_again() -> Non
     assert loop.rollouts == [(T0 + 30, 0)]
     assert [e[1] for e in loop.events] == ["SpeculationDisabled"]
     assert loop.state is not None
-    assert loop.state["probeAt"] == iso(T0 + 630) and loop.state["probeK"] == 3
+    assert loop.state["probeAt"] == iso(T0 + 630)
+    assert loop.state["probeK"] == 3
     assert applied(s, loop.state, MAX_K) == Tuned(0)
     for i in range(35, 630, 5):  # off: nothing to measure, nothing rolls until the probe is due
         loop.judge(T0 + i, None)
@@ -203,11 +211,13 @@ def test_the_schedule_lowers_k_with_load_and_the_render_serves_it() -> None:
     s = spec(saturationTokens=64)
     raw = tuned_schedule(s, 4, 0.8, C, "eagle3")
     assert raw is not None
-    assert raw[0][:1] == [1] and raw[0][2] == 4  # from batch size 1, the tuned K
+    assert raw[0][:1] == [1]
+    assert raw[0][2] == 4
     assert raw[-1][1] == s.serving.max_num_seqs
     ks = [r[2] for r in raw]
-    assert ks == sorted(ks, reverse=True) and ks[-1] < 4  # fewer drafts as the verifier saturates
-    assert all(b[0] == a[1] + 1 for a, b in zip(raw, raw[1:], strict=False))  # contiguous ranges
+    assert ks == sorted(ks, reverse=True)
+    assert ks[-1] < 4
+    assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(raw))  # contiguous ranges
     assert tuned_schedule(spec(saturationTokens=1_000_000), 4, 0.8, C, "eagle3") is None  # one K serves all
     cut = SpeculatorDeploymentSpec.model_validate(
         {**json.loads(s.model_dump_json(by_alias=True)), "serving": {"cutoff": {"maxBatchSize": 8}}}
@@ -227,12 +237,14 @@ def test_the_schedule_lowers_k_with_load_and_the_render_serves_it() -> None:
     assert served["num_speculative_tokens"] == 4
     assert served["num_speculative_tokens_per_batch_size"] == raw
     assert config(Tuned(0)) is None  # tuned off: vLLM serves the verifier alone
-    assert config(None) is not None and config(None)["num_speculative_tokens"] == MAX_K  # type: ignore[index]
+    assert config(None) is not None
+    assert config(None)["num_speculative_tokens"] == MAX_K
 
 
 def test_times_round_trip() -> None:
     assert epoch(iso(T0)) == T0
-    assert epoch("not a time") is None and epoch(None) is None
+    assert epoch("not a time") is None
+    assert epoch(None) is None
 
 
 def test_plan_update_writes_and_warns_once() -> None:

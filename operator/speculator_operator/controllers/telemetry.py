@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import ipaddress
 import os
 import time
@@ -283,7 +284,8 @@ async def scrape_acceptance(
         # the tuned state first (the render reads it from status), then the same path as any new revision
         new = {k: v for k, v in {**current, **update.status, "tuning": tuned.state}.items() if v is not None}
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, _roll_out, body, spec, meta, current, new, name, namespace, uid)
+        context = contextvars.copy_context()  # kopf's settings and posting queue live in context variables
+        await loop.run_in_executor(None, context.run, _roll_out, body, spec, meta, current, new, name, namespace, uid)
     else:
         for key, value in update.status.items():
             patch.status[key] = value  # kopf's patch is a merge patch
