@@ -268,3 +268,20 @@ def test_status_patches_remove_what_an_object_lost() -> None:
     new = {"tuning": {"k": 2}, "phase": "Ready"}
     assert status_patch(old, new) == {"tuning": {"k": 2, "pending": None}}
     assert status_patch(new, new) == {}
+
+
+def test_each_transition_posts_one_event_and_a_restart_is_not_news() -> None:
+    above = make_condition(1, CONDITION, True, "AboveBreakEven", "α 0.9")
+    first = plan_update({"conditions": []}, {"rate": 0.9, "drafts": 500, "revision": "r"}, above, None)
+    assert [e[:2] for e in first.events] == [("Normal", "AboveBreakEven")]
+    stored = {"conditions": first.status["conditions"], "acceptance": first.status["acceptance"]}
+    waiting = make_condition(1, CONDITION, None, "NotEnoughSamples", "0 drafts in the window")
+    refill = {"drafts": 0, "revision": "r", "note": "0 drafts"}
+    # a restarted operator refilling its window: the judgement on record stands, nothing is written
+    held = plan_update(stored, refill, waiting, None, refilling=True)
+    assert (held.status, held.events) == ({}, [])
+    # a new revision is judged afresh, and so is the old one once the window has had its span
+    assert plan_update(stored, dict(refill, revision="r2"), waiting, None, refilling=True).status
+    later = plan_update(stored, refill, waiting, None)
+    assert later.status["conditions"][0]["status"] == "Unknown"
+    assert later.events == []

@@ -23,7 +23,7 @@ from speculator_operator.checkpoint import (
     open_source,
     read_verifier,
 )
-from speculator_operator.controllers import kube
+from speculator_operator.controllers import kube, metrics
 from speculator_operator.controllers.kube import (
     RETRY_SECONDS,
     CredentialsError,
@@ -136,6 +136,7 @@ def _observe_inputs(
         release=release,
         allow_lossy=spec.audit.allow_lossy,
     )
+    metrics.audited("SpeculatorDeployment", obs.audit)
     return obs
 
 
@@ -199,10 +200,11 @@ def reconcile(
     current = dict(status or {})
     if holds_for_retrain(current, int(meta.get("generation") or 0)):
         return
-    p = reconcile_status(body, spec, meta, status, name, namespace, uid)
-    if p.status.get("phase") == "Pending":
-        # an input could not be read: try again later (the status above says which and why)
-        raise kopf.TemporaryError("waiting for inputs; see status.conditions", delay=RETRY_SECONDS)
+    with metrics.reconciling("SpeculatorDeployment"):
+        p = reconcile_status(body, spec, meta, status, name, namespace, uid)
+        if p.status.get("phase") == "Pending":
+            # an input could not be read: try again later (the status above says which and why)
+            raise kopf.TemporaryError("waiting for inputs; see status.conditions", delay=RETRY_SECONDS)
 
 
 def _parsed(spec: kopf.Spec) -> SpeculatorDeploymentSpec | None:

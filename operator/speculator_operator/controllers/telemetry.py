@@ -255,12 +255,15 @@ async def scrape_acceptance(
     tuning = parsed.serving.tuning
     generation = int(meta.get("generation") or 0)
     acc: dict[str, Any] | None = None
+    refilling = False
     if econ.k == 0:  # tuning switched speculation off: nothing to scrape until a probe revision runs
         cond = disabled_condition(generation, current.get("tuning"))
     else:
         window: Window | None = memo.get("acceptance")
         if window is None or window.seconds != tuning.window_seconds:
             window = memo["acceptance"] = Window(tuning.window_seconds)
+            memo["acceptance_since"] = time.monotonic()
+        refilling = time.monotonic() - float(memo.get("acceptance_since") or 0.0) < tuning.window_seconds
         targets = [t for t in serving_pods.get((namespace, name), []) if t and t.get("ready")]
         window.keep_only({str(t["pod"]) for t in targets})
         now = time.monotonic()
@@ -278,7 +281,7 @@ async def scrape_acceptance(
         _publish(namespace, name, acc)
         cond = effective_condition(acc, generation, tuning.min_samples)
     tuned = plan_tuning(parsed, current.get("tuning"), acc, econ, time.time(), tuning.min_samples)
-    update = plan_update(current, acc, cond, tuned.state)
+    update = plan_update(current, acc, cond, tuned.state, refilling)
     events = update.events + tuned.events
     if tuned.rollout:
         # the tuned state first (the render reads it from status), then the same path as any new revision

@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint import CheckpointError, read_verifier
-from speculator_operator.controllers import kube
+from speculator_operator.controllers import kube, metrics
 from speculator_operator.controllers.kube import (
     RETRY_SECONDS,
     CredentialsError,
@@ -204,7 +204,10 @@ def _pass(namespace: str, name: str) -> Plan | None:
         raise
     if body["metadata"].get("deletionTimestamp"):
         return None
-    return _reconcile(body, name, namespace, body["metadata"]["uid"])
+    with metrics.reconciling("SpeculatorTrainJob"):
+        p = _reconcile(body, name, namespace, body["metadata"]["uid"])
+    metrics.stages_finished((body.get("status") or {}).get("stages"), p.status.get("stages"))
+    return p
 
 
 def _reconcile(body: dict[str, Any], name: str, namespace: str, uid: str | None) -> Plan:

@@ -387,25 +387,41 @@ class Update:
 
 
 def plan_update(
-    current: dict[str, Any], acc: dict[str, Any] | None, cond: Condition, tuning: dict[str, Any] | None
+    current: dict[str, Any],
+    acc: dict[str, Any] | None,
+    cond: Condition,
+    tuning: dict[str, Any] | None,
+    refilling: bool = False,
 ) -> Update:
     """The status writes and events after one judgement: acceptance only when it changed materially, the
-    condition when its status changed (or its numbers did, together with a material change), tuning when
-    it changed; a Warning on each transition to False (never repeated while it stays False), a Normal
-    event when it recovers."""
+    condition when its status or reason changed (its numbers only together with a material change), tuning
+    when it changed; one event per transition of the condition: a Warning into False, a Normal into True.
+
+    `refilling`: the window is younger than its span since the operator (re)started. While it has too few
+    samples, the judgement on record for the same revision stands (a restart is not news: no writes, no
+    events); a judgement on another revision, or none, is replaced as usual."""
     out = Update()
     old_acc = current.get("acceptance")
+    conditions = list(current.get("conditions") or [])
+    old = condition(conditions, CONDITION) or {}
+    if (
+        refilling
+        and cond.reason == "NotEnoughSamples"
+        and old.get("status") in ("True", "False")
+        and acc is not None
+        and (old_acc or {}).get("revision") == acc.get("revision")
+    ):
+        acc = None
+        cond = Condition.model_validate(old)
     material = acc is not None and changed_materially(old_acc, acc)
     if acc is not None and material:
         out.status["acceptance"] = merge_patch(old_acc, acc)
-    conditions = list(current.get("conditions") or [])
-    old = condition(conditions, CONDITION) or {}
     moved = (old.get("status"), old.get("reason")) != (cond.status, cond.reason)
     if moved or (material and old.get("message") != cond.message):
         out.status["conditions"] = set_condition(conditions, cond)
         if cond.status == "False" and old.get("status") != "False":
             out.events.append(("Warning", cond.reason, cond.message))
-        elif cond.status == "True" and old.get("status") == "False":
+        elif cond.status == "True" and old.get("status") != "True":
             out.events.append(("Normal", cond.reason, cond.message))
     old_tuning = current.get("tuning")
     if tuning != old_tuning:

@@ -1,0 +1,86 @@
+"""The operator's own metrics about its work (served on SPECULATOR_METRICS_PORT with the acceptance gauges
+of telemetry.py): reconciles by kind and outcome and their durations, audits by outcome and findings by
+rule, train-job stage durations by stage and outcome."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import kopf
+from prometheus_client import Counter, Histogram
+
+from speculator_operator.checkpoint import AuditReport
+
+RECONCILES = Counter("speculator_reconciles", "Reconciles by kind and outcome (ok, retry, error)", ("kind", "outcome"))
+RECONCILE_SECONDS = Histogram(
+    "speculator_reconcile_duration_seconds",
+    "Reconcile durations by kind and outcome",
+    ("kind", "outcome"),
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+AUDITS = Counter("speculator_audits", "Checkpoint audits by kind and outcome (passed, failed)", ("kind", "outcome"))
+FINDINGS = Counter("speculator_audit_findings", "Audit findings by rule and severity", ("rule", "severity"))
+STAGE_SECONDS = Histogram(
+    "speculator_trainjob_stage_duration_seconds",
+    "Train-job stage durations (the stage Job's start to its end) by stage and outcome",
+    ("stage", "outcome"),
+    buckets=(5, 15, 30, 60, 120, 300, 600, 1800, 3600, 3 * 3600, 12 * 3600, 48 * 3600),
+)
+
+
+@contextmanager
+def reconciling(kind: str) -> Iterator[None]:
+    """Count and time one reconcile: ok, retry (kopf.TemporaryError: waiting for an input) or error."""
+    start = time.perf_counter()
+    outcome = "ok"
+    try:
+        yield
+    except kopf.TemporaryError:
+        outcome = "retry"
+        raise
+    except Exception:
+        outcome = "error"
+        raise
+    finally:
+        RECONCILES.labels(kind, outcome).inc()
+        RECONCILE_SECONDS.labels(kind, outcome).observe(time.perf_counter() - start)
+
+
+def audited(kind: str, report: AuditReport) -> None:
+    AUDITS.labels(kind, "passed" if report.ok else "failed").inc()
+    for finding in report.findings:
+        FINDINGS.labels(finding.rule, str(finding.severity)).inc()
+
+
+def _seconds(row: dict[str, Any]) -> float | None:
+    try:
+        start = datetime.fromisoformat(str(row["startTime"]).replace("Z", "+00:00"))
+        end = datetime.fromisoformat(str(row["completionTime"]).replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return None
+    return max(0.0, (end - start).total_seconds())
+
+
+def finished_stages(old: list[dict[str, Any]] | None, new: list[dict[str, Any]] | None) -> list[tuple[str, str, float]]:
+    """(stage, outcome, seconds) of the stages that finished between two `status.stages` lists."""
+    before = {row.get("name"): row.get("phase") for row in old or []}
+    out = []
+    for row in new or []:
+        phase = row.get("phase")
+        if phase in ("Succeeded", "Failed") and before.get(row.get("name")) != phase:
+            seconds = _seconds(row)
+            if seconds is not None:
+                out.append((str(row.get("name")), phase.lower(), seconds))
+    return out
+
+
+def stages_finished(old: list[dict[str, Any]] | None, new: list[dict[str, Any]] | None) -> None:
+    """Observe the stages that finished in this pass; the audit stage's end is a train job's audit."""
+    for stage, outcome, seconds in finished_stages(old, new):
+        STAGE_SECONDS.labels(stage, outcome).observe(seconds)
+        if stage == "audit":
+            AUDITS.labels("SpeculatorTrainJob", "passed" if outcome == "succeeded" else "failed").inc()

@@ -1,0 +1,81 @@
+"""The operator's own metrics about its work: reconcile outcomes and durations, audits by rule, stage
+durations from the stage rows a pass wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kopf
+import pytest
+from prometheus_client import REGISTRY
+
+from speculator_operator.checkpoint import audit
+from speculator_operator.controllers import metrics
+from speculator_operator.releases import get_release
+
+from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
+
+
+def value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_reconciles_are_counted_and_timed_by_outcome() -> None:
+    before = {o: value("speculator_reconciles_total", kind="Test", outcome=o) for o in ("ok", "retry", "error")}
+    with metrics.reconciling("Test"):
+        pass
+    with pytest.raises(kopf.TemporaryError), metrics.reconciling("Test"):
+        raise kopf.TemporaryError("waiting", delay=1)
+    with pytest.raises(RuntimeError), metrics.reconciling("Test"):
+        raise RuntimeError("boom")
+    for outcome in ("ok", "retry", "error"):
+        assert value("speculator_reconciles_total", kind="Test", outcome=outcome) == before[outcome] + 1
+    assert value("speculator_reconcile_duration_seconds_count", kind="Test", outcome="ok") >= 1
+
+
+def test_audits_count_their_findings_by_rule(tmp_path: Path) -> None:
+    config, tensors = eagle3()
+    tensors["fc.weight"] = ("BF16", [4096, 4096])
+    write_checkpoint(tmp_path / "bad", config, tensors)
+    report = audit(str(tmp_path / "bad"), verifier=QWEN3_8B, release=get_release())
+    assert not report.ok
+    rule = report.errors[0].rule
+    failed = value("speculator_audits_total", kind="SpeculatorDeployment", outcome="failed")
+    found = value("speculator_audit_findings_total", rule=rule, severity="error")
+    metrics.audited("SpeculatorDeployment", report)
+    assert value("speculator_audits_total", kind="SpeculatorDeployment", outcome="failed") == failed + 1
+    assert value("speculator_audit_findings_total", rule=rule, severity="error") >= found + 1
+
+
+def test_stage_durations_come_from_the_stages_that_finished_in_this_pass() -> None:
+    old = [
+        {
+            "name": "fetch",
+            "phase": "Succeeded",
+            "startTime": "2026-01-01T00:00:00Z",
+            "completionTime": "2026-01-01T00:00:05Z",
+        },
+        {"name": "prepare", "phase": "Running", "startTime": "2026-01-01T00:00:06Z"},
+    ]
+    new = [
+        old[0],
+        {
+            "name": "prepare",
+            "phase": "Succeeded",
+            "startTime": "2026-01-01T00:00:06Z",
+            "completionTime": "2026-01-01T00:01:06Z",
+        },
+        {
+            "name": "audit",
+            "phase": "Failed",
+            "startTime": "2026-01-01T00:01:07Z",
+            "completionTime": "2026-01-01T00:01:10Z",
+        },
+        {"name": "publish", "phase": "Pending"},
+    ]
+    assert metrics.finished_stages(old, new) == [("prepare", "succeeded", 60.0), ("audit", "failed", 3.0)]
+    assert metrics.finished_stages(new, new) == []  # a pass that changed nothing observes nothing
+    audits = value("speculator_audits_total", kind="SpeculatorTrainJob", outcome="failed")
+    metrics.stages_finished(old, new)
+    assert value("speculator_trainjob_stage_duration_seconds_sum", stage="prepare", outcome="succeeded") >= 60.0
+    assert value("speculator_audits_total", kind="SpeculatorTrainJob", outcome="failed") == audits + 1
