@@ -26,9 +26,10 @@ import pytest
 from kubernetes import client
 
 from speculator_operator.localcluster.network import kube_proxy_serves
+from speculator_operator.reconcile.acceptance import parse_sample
 from speculator_operator.releases import get_release
 
-from ..lanes import make_tiny_verifier, workloads_env_path
+from ..lanes import make_tiny_verifier, run_in, workloads_env_path
 from .conftest import REPO, Cluster, eventually, get
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
@@ -441,3 +442,122 @@ def test_an_oom_killed_stage_is_reported_with_that_reason(
     st = get(cluster, node_ns, "stj/oom")["status"]
     assert st["stage"] in ("fetch", "prepare")
     assert "OOMKilled (exit code 137)" in {c["type"]: c for c in st["conditions"]}["Failed"]["message"]
+
+
+@pytest.fixture(scope="module")
+def known_pair(cluster: Cluster, models: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A verifier whose greedy choice is always token 0 and two drafts that always propose token 0 (agree)
+    or token 1 (disagree), made with the real speculators (hack/lib/known_acceptance_pair.py), in S3."""
+    root = tmp_path_factory.mktemp("known-pair")
+    run_in(workloads_env_path(), "python", str(REPO / "hack" / "lib" / "known_acceptance_pair.py"), str(root))
+    s3 = boto3.client("s3", **_s3_kwargs(cluster))
+    out = {}
+    for name in ("verifier", "agree", "disagree"):
+        for f in sorted((root / name).iterdir()):
+            if f.is_file():
+                s3.upload_file(str(f), models["bucket"], f"known/{name}/{f.name}")
+        out[name] = f"s3://{models['bucket']}/known/{name}"
+    return out
+
+
+def _vllm_counters(ip: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://{ip}:8000/metrics", timeout=10) as resp:
+        sample = parse_sample(resp.read().decode())
+    return {
+        "drafts": sample.drafts,
+        "draft_tokens": sample.draft_tokens,
+        "accepted": sample.accepted,
+        "per_position": sample.per_position,
+    }
+
+
+def _judged(cluster: Cluster, namespace: str, counters: dict[str, Any], verdict: tuple[str, str]) -> dict[str, Any]:
+    st = get(cluster, namespace, "sdep/known")["status"]
+    acc = st.get("acceptance") or {}
+    assert acc.get("revision") == st["revision"], acc
+    assert acc.get("drafts") == int(counters["drafts"]), (acc, counters)  # all of vLLM's drafts, counted once
+    cond = next(c for c in st["conditions"] if c["type"] == "SpeculationEffective")
+    assert (cond["status"], cond["reason"]) == verdict, cond
+    return acc
+
+
+def test_real_vllm_acceptance_of_an_agreeing_and_a_disagreeing_draft(
+    cluster: Cluster, node_ns: str, known_pair: dict[str, str]
+) -> None:
+    """Real numbers from real vLLM: the drafts' acceptance is known by construction (1 and 0); the operator's
+    status, condition, events and per-position acceptance follow vLLM's own counters."""
+    cluster.kubectl("delete", "-n", node_ns, "sdep/tiny", "--ignore-not-found", "--wait=true", timeout=300)
+    serving = {
+        **CPU_SERVING,
+        "env": [*CPU_SERVING["env"], {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}],
+        "tuning": {"minSamples": 20, "windowSeconds": 600},
+    }
+    spec = {
+        "verifier": {"model": known_pair["verifier"], "credentials": {"name": "s3"}},
+        "speculator": {"source": known_pair["agree"], "credentials": {"name": "s3"}},
+        "serving": serving,
+    }
+    apply(cluster, node_ns, "SpeculatorDeployment", "known", spec)
+    cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "sdep/known", "--timeout=900s", timeout=960)
+    k = get(cluster, node_ns, "sdep/known")["status"]["numSpeculativeTokens"]
+
+    def measure(verdict: tuple[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        pod = serving_pod(cluster, node_ns, "known")
+        ip = pod["status"]["podIP"]
+        # the operator's first scrape of this pod, before any request, is its baseline
+        eventually(lambda: _counted_revision(cluster, node_ns, pod), timeout=60)
+        for i in range(3):
+            body = {
+                "model": "known",
+                "prompt": f"the verifier {i}",
+                "max_tokens": 48,
+                "temperature": 0,
+                "ignore_eos": True,
+            }
+            post(f"http://{ip}:8000/v1/completions", body)
+        counters = _vllm_counters(ip)
+        return counters, eventually(lambda: _judged(cluster, node_ns, counters, verdict), timeout=60)
+
+    counters, acc = measure(("True", "AboveBreakEven"))
+    assert counters["accepted"] == counters["draft_tokens"] == k * counters["drafts"] > 0  # vLLM: all accepted
+    assert acc["rate"] == 1.0
+    assert acc["meanAcceptedLength"] == k + 1
+    assert acc["perPosition"] == [round(v / counters["drafts"], 4) for v in counters["per_position"]] == [1.0] * k
+    assert acc["predictedSpeedup"] > 1
+
+    # the disagreeing draft swapped in: a new revision, judged afresh, below break-even
+    swapped = time.monotonic()
+    spec["speculator"]["source"] = known_pair["disagree"]
+    before = get(cluster, node_ns, "sdep/known")["status"]["revision"]
+    apply(cluster, node_ns, "SpeculatorDeployment", "known", spec)
+
+    def rolled() -> None:
+        st = get(cluster, node_ns, "sdep/known")["status"]
+        assert st["revision"] != before
+        assert st["phase"] == "Ready", st["phase"]
+        assert (
+            serving_pod(cluster, node_ns, "known")["metadata"]["labels"]["speculators.dev/revision"] == st["revision"]
+        )
+
+    eventually(rolled, timeout=900, interval=3)
+    counters, acc = measure(("False", "BelowBreakEven"))
+    collapsed = time.monotonic() - swapped
+    assert counters["accepted"] == 0
+    assert counters["drafts"] > 0
+    assert acc["rate"] == 0.0
+    assert acc["meanAcceptedLength"] == 1.0
+    assert acc["perPosition"] == [0.0] * k
+    assert acc["predictedSpeedup"] < 1
+    # one event for each transition of SpeculationEffective
+    events = [e for e in get(cluster, node_ns, "events")["items"] if e["involvedObject"].get("name") == "known"]
+    by_reason = {r: [e for e in events if e.get("reason") == r] for r in ("AboveBreakEven", "BelowBreakEven")}
+    assert [(e["type"], e.get("count", 1)) for e in by_reason["AboveBreakEven"]] == [("Normal", 1)]
+    assert [(e["type"], e.get("count", 1)) for e in by_reason["BelowBreakEven"]] == [("Warning", 1)]
+    print(f"disagreeing draft applied -> rolled out, served and judged BelowBreakEven: {collapsed:.0f} s")
+    cluster.kubectl("delete", "-n", node_ns, "sdep/known", "--wait=true", timeout=300)
+
+
+def _counted_revision(cluster: Cluster, namespace: str, pod: dict[str, Any]) -> None:
+    acc = get(cluster, namespace, "sdep/known")["status"].get("acceptance") or {}
+    assert acc.get("revision") == pod["metadata"]["labels"]["speculators.dev/revision"], acc
+    assert (acc.get("pods") or {}).get("counted") == 1, acc
