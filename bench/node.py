@@ -24,8 +24,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import boto3
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from speculator_operator.localcluster import LocalCluster
@@ -88,13 +86,7 @@ def main() -> None:
             )
             assert info.s3 is not None
             env = {**os.environ, **info.env()}
-            s3 = boto3.client(
-                "s3",
-                endpoint_url=info.s3.endpoint,
-                aws_access_key_id=info.s3.access_key,
-                aws_secret_access_key=info.s3.secret_key,
-                region_name=info.s3.region,
-            )
+            s3 = info.s3.client()
             s3.create_bucket(Bucket="models")
             subprocess.run(
                 [sys.executable, str(REPO / "hack" / "demo-assets.py"), "--real-verifier", str(root / "verifier")],

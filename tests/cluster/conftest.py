@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import boto3
 import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client, config
@@ -198,8 +197,7 @@ def store(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     """Checkpoints and a verifier config in the real S3 server; returns their URIs."""
     if cluster.s3 is None:
         pytest.skip("no S3 server: the cluster came from KUBECONFIG and AWS_ENDPOINT_URL is not set")
-    s3 = boto3.client("s3", endpoint_url=cluster.s3.endpoint, aws_access_key_id=cluster.s3.access_key,
-                      aws_secret_access_key=cluster.s3.secret_key, region_name=cluster.s3.region)  # fmt: skip
+    s3 = cluster.s3.client()
     bucket = f"models-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
     root = tmp_path_factory.mktemp("store")

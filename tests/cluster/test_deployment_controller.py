@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import boto3
 import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
@@ -116,8 +115,7 @@ def test_verifier_changes_follow_the_upgrade_policy(
     cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str, workspace: Any
 ) -> None:
     assert cluster.s3 is not None
-    s3 = boto3.client("s3", endpoint_url=cluster.s3.endpoint, aws_access_key_id=cluster.s3.access_key,
-                      aws_secret_access_key=cluster.s3.secret_key, region_name=cluster.s3.region)  # fmt: skip
+    s3 = cluster.s3.client()
     bucket = store["verifier"].removeprefix("s3://").split("/")[0]
     cases = {"compatible": "Redeploy", "incompatible": "Redeploy", "paused": "Pause", "retrain": "Retrain"}
     # what the retraining publishes (kwok runs no trainer): a good draft under a new prefix

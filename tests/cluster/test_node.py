@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from kubernetes import client
 
@@ -116,13 +115,7 @@ def models(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     assert cluster.s3 is not None
     root = tmp_path_factory.mktemp("node-models")
     verifier = make_tiny_verifier(workloads_env_path(), root / "verifier")
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=cluster.s3.endpoint,
-        aws_access_key_id=cluster.s3.access_key,
-        aws_secret_access_key=cluster.s3.secret_key,
-        region_name=cluster.s3.region,
-    )
+    s3 = cluster.s3.client()
     bucket = f"node-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
     for f in sorted(verifier.iterdir()):
@@ -205,7 +198,7 @@ def test_the_chart_runs_the_operator_in_cluster_and_it_reconciles_both_kinds(
     assert dep["status"]["availableReplicas"] == 1
     # the samples, as the README shows them (kwok plays their pods: they ask for GPUs)
     store = f"s3://models-{node_ns}"
-    s3 = boto3.client("s3", **_s3_kwargs(cluster))
+    s3 = _s3(cluster)
     s3.create_bucket(Bucket=store.removeprefix("s3://"))
     subprocess.run(
         [sys.executable, str(REPO / "hack" / "demo-assets.py")],
@@ -232,14 +225,9 @@ def _aws(cluster: Cluster) -> dict[str, str]:
     return cluster.s3.env()
 
 
-def _s3_kwargs(cluster: Cluster) -> dict[str, str]:
+def _s3(cluster: Cluster) -> Any:
     assert cluster.s3 is not None
-    return {
-        "endpoint_url": cluster.s3.endpoint,
-        "aws_access_key_id": cluster.s3.access_key,
-        "aws_secret_access_key": cluster.s3.secret_key,
-        "region_name": cluster.s3.region,
-    }
+    return cluster.s3.client()
 
 
 def test_a_train_job_in_real_pods_publishes_a_draft_that_a_real_pod_serves(
@@ -370,7 +358,7 @@ def test_a_verifier_change_rolls_the_real_pods(cluster: Cluster, node_ns: str, m
     )
     # a compatible change of the verifier in place: its generation defaults
     config = json.loads(Path(models["dir"], "generation_config.json").read_text())
-    s3 = boto3.client("s3", **_s3_kwargs(cluster))
+    s3 = _s3(cluster)
     s3.put_object(
         Bucket=models["bucket"],
         Key="verifier/generation_config.json",
@@ -450,7 +438,7 @@ def known_pair(cluster: Cluster, models: dict[str, str], tmp_path_factory: pytes
     or token 1 (disagree), made with the real speculators (hack/lib/known_acceptance_pair.py), in S3."""
     root = tmp_path_factory.mktemp("known-pair")
     run_in(workloads_env_path(), "python", str(REPO / "hack" / "lib" / "known_acceptance_pair.py"), str(root))
-    s3 = boto3.client("s3", **_s3_kwargs(cluster))
+    s3 = _s3(cluster)
     out = {}
     for name in ("verifier", "agree", "disagree"):
         for f in sorted((root / name).iterdir()):

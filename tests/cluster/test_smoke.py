@@ -9,9 +9,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
-from botocore.config import Config
 from kubernetes import client
 
 from .conftest import Cluster
@@ -273,14 +271,7 @@ def test_object_owned_by_a_custom_resource_is_garbage_collected(
 def test_s3_object_is_read_back_with_a_ranged_get(cluster: Cluster) -> None:
     if cluster.s3 is None:
         pytest.skip("the cluster under test came from KUBECONFIG and AWS_ENDPOINT_URL is not set")
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=cluster.s3.endpoint,
-        aws_access_key_id=cluster.s3.access_key,
-        aws_secret_access_key=cluster.s3.secret_key,
-        region_name=cluster.s3.region,
-        config=Config(s3={"addressing_style": "path"}),
-    )
+    s3 = cluster.s3.client(path_style=True)
     bucket = f"smoke-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
     payload = os.urandom(1 << 20)

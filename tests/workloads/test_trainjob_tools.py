@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
@@ -109,8 +108,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Info]:
 
 
 def client(info: S3Info) -> Any:
-    return boto3.client("s3", endpoint_url=info.endpoint, aws_access_key_id=info.access_key,
-                        aws_secret_access_key=info.secret_key, region_name=info.region)  # fmt: skip
+    return info.client()
 
 
 def container_argv(child: dict[str, Any], workspace: Path) -> list[str]:

@@ -7,6 +7,10 @@ from __future__ import annotations
 import shutil
 import socket
 from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
 
 from speculator_operator.localcluster.process import Supervisor
 
@@ -29,6 +33,18 @@ class S3Info:
             "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "AWS_DEFAULT_REGION": self.region,
         }
+
+    def client(self, path_style: bool = False) -> Any:
+        """A boto3 S3 client for this server (path-style addressing on request)."""
+        config = Config(s3={"addressing_style": "path"}) if path_style else None
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=config,
+        )
 
 
 def start(sup: Supervisor, address: str) -> S3Info:
