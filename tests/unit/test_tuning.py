@@ -16,6 +16,7 @@ from speculator_operator.economics import best_k, speedup
 from speculator_operator.reconcile.acceptance import CONDITION, Economics, disabled_condition, plan_update
 from speculator_operator.reconcile.tuning import (
     applied,
+    blocked,
     bounds,
     candidate,
     epoch,
@@ -285,3 +286,27 @@ def test_each_transition_posts_one_event_and_a_restart_is_not_news() -> None:
     later = plan_update(stored, refill, waiting, None)
     assert later.status["conditions"][0]["status"] == "Unknown"
     assert later.events == []
+
+
+def test_a_tuned_revision_waits_while_an_input_change_is_held_back() -> None:
+    ready = {
+        "phase": "Ready",
+        "conditions": [{"type": "VerifierCurrent", "status": "True", "reason": "RevisionResolved"}],
+    }
+    assert blocked(ready) is None
+    paused = {**ready, "conditions": [{"type": "VerifierCurrent", "status": "False", "reason": "VerifierChanged"}]}
+    why = blocked(paused)
+    assert why is not None
+    assert "VerifierChanged" in why
+    assert blocked({**ready, "retrain": {"job": "j"}}) == "a retraining is in flight"
+    assert blocked({**ready, "phase": "Degraded"}) is not None
+    s = spec()
+    econ = Economics(MAX_K, "eagle3", C, MAX_K)
+    state = {"mode": "Auto", "pending": {"k": 2, "since": iso(T0), "evidence": "e"}}
+    held = plan_tuning(s, state, acc(0.3), econ, T0 + 60, 200, hold=why)
+    assert not held.rollout
+    assert held.state is not None
+    assert held.state["pending"] == state["pending"]  # the evidence stays held
+    assert "waits" in held.state["note"]
+    # and rolls at the first judgement once nothing holds it back
+    assert plan_tuning(s, held.state, acc(0.3), econ, T0 + 61, 200).rollout

@@ -42,7 +42,7 @@ from speculator_operator.reconcile.acceptance import (
     plan_update,
 )
 from speculator_operator.reconcile.deployment import REVISION_LABEL
-from speculator_operator.reconcile.tuning import plan_tuning
+from speculator_operator.reconcile.tuning import blocked, plan_tuning
 from speculator_operator.render.serving import MANAGED_BY
 
 PLURAL = "speculatordeployments"
@@ -280,7 +280,8 @@ async def scrape_acceptance(
             acc.pop("recommendedK", None)
         _publish(namespace, name, acc)
         cond = effective_condition(acc, generation, tuning.min_samples)
-    tuned = plan_tuning(parsed, current.get("tuning"), acc, econ, time.time(), tuning.min_samples)
+    hold = blocked(current)
+    tuned = plan_tuning(parsed, current.get("tuning"), acc, econ, time.time(), tuning.min_samples, hold)
     update = plan_update(current, acc, cond, tuned.state, refilling)
     events = update.events + tuned.events
     if tuned.rollout:

@@ -119,6 +119,20 @@ class TuningPlan:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
 
 
+def blocked(status: dict[str, Any]) -> str | None:
+    """Why a tuned revision may not roll now: a reconcile would also carry an input change the user has
+    not let through (a paused verifier or draft change, a retraining in flight) or the pair is not served."""
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    if status.get("retrain"):
+        return "a retraining is in flight"
+    for kind in ("VerifierCurrent", "DraftCurrent"):
+        if (conditions.get(kind) or {}).get("status") == "False":
+            return f"{kind} is False ({conditions[kind].get('reason')})"
+    if status.get("phase") not in ("Ready", "Deploying"):
+        return f"the deployment is {status.get('phase')}"
+    return None
+
+
 def plan_tuning(
     spec: SpeculatorDeploymentSpec,
     state: dict[str, Any] | None,
@@ -126,13 +140,14 @@ def plan_tuning(
     econ: Economics,
     now: float,
     min_samples: int,
+    hold: str | None = None,
 ) -> TuningPlan:
     """The next status.tuning after one judgement of acceptance, and whether to roll a tuned revision.
 
     `econ.k` is the K served now (0: speculation off); `acc` is status.acceptance for the served revision
-    (ignored while speculation is off: there is nothing to measure)."""
-    t = spec.serving.tuning
-    if t.mode != "Auto":
+    (ignored while speculation is off: there is nothing to measure); `hold` (see `blocked`) says why no
+    revision may roll now: the evidence is kept, the rollout waits."""
+    if spec.serving.tuning.mode != "Auto":
         return TuningPlan(None)
     if spec.serving.num_speculative_tokens != "auto":
         note = "numSpeculativeTokens is set in the spec: Auto leaves K to it and only recommends"
@@ -140,7 +155,24 @@ def plan_tuning(
     new: dict[str, Any] = {k: v for k, v in (state or {}).items() if k != "note"}
     new["mode"] = "Auto"
     if econ.k == 0:
-        return _while_disabled(spec, new, econ, now)
+        plan = _while_disabled(spec, dict(new), econ, now)
+    else:
+        plan = _judge(spec, dict(new), acc, econ, now, min_samples)
+    if plan.rollout and hold:
+        return TuningPlan({**new, "note": f"a tuned revision waits: {hold}"})  # the evidence held stays held
+    return plan
+
+
+def _judge(
+    spec: SpeculatorDeploymentSpec,
+    new: dict[str, Any],
+    acc: dict[str, Any] | None,
+    econ: Economics,
+    now: float,
+    min_samples: int,
+) -> TuningPlan:
+    """Speculation is on: act on the measured α."""
+    t = spec.serving.tuning
     alpha = (acc or {}).get("alpha")
     drafts = int((acc or {}).get("drafts") or 0)
     if econ.cost_ratio is None or not isinstance(alpha, int | float) or drafts < min_samples:
