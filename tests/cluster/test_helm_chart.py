@@ -72,6 +72,63 @@ def test_installed_chart_grants_what_the_operator_uses_and_no_more(
     helm(cluster, tmp_path, "uninstall", release, "-n", namespace, "--wait")
 
 
+def test_a_namespaced_install_grants_roles_in_its_namespaces_and_nothing_elsewhere(
+    cluster: Cluster, operator_crds: list[str], namespace: str, tmp_path: Path
+) -> None:
+    other, outside = f"{namespace[:50]}-other", f"{namespace[:50]}-outside"
+    for ns in (other, outside):
+        cluster.kubectl("create", "namespace", ns)
+    release = f"so-{namespace[-6:]}"
+    try:
+        helm(
+            cluster,
+            tmp_path,
+            "install",
+            release,
+            str(CHART),
+            "-n",
+            namespace,
+            "--set",
+            f"watchNamespaces={{{namespace},{other}}}",
+            "--wait",
+            "--timeout",
+            "90s",
+        )
+        sa = f"system:serviceaccount:{namespace}:speculator-operator"
+
+        def can(verb: str, resource: str, where: str) -> bool:
+            scope = ["-A"] if where == "*" else ["-n", where]
+            out = cluster.kubectl("auth", "can-i", verb, resource, "--as", sa, *scope, check=False)
+            return out.stdout.strip() == "yes"
+
+        needed = [
+            ("watch", "speculatordeployments.speculators.dev"),
+            ("patch", "speculatortrainjobs.speculators.dev/status"),
+            ("get", "secrets"),
+            ("watch", "pods"),
+            ("create", "jobs.batch"),
+            ("create", "deployments.apps"),
+            ("delete", "services"),
+            ("delete", "poddisruptionbudgets.policy"),
+            ("create", "persistentvolumeclaims"),
+            ("create", "events"),
+        ]
+        for verb, resource in needed:
+            for ns in (namespace, other):
+                assert can(verb, resource, ns), f"the operator cannot {verb} {resource} in {ns}, which it watches"
+            assert not can(verb, resource, outside), f"the operator may {verb} {resource} in {outside}"
+            assert not can(verb, resource, "*"), f"the operator may {verb} {resource} in every namespace"
+        assert not can("list", "namespaces", "*")  # named namespaces: kopf lists none
+        cluster_roles = cluster.kubectl("get", "clusterroles", "-o", "name").stdout
+        assert f"{release}-speculator-operator" not in cluster_roles
+        cluster.kubectl("wait", "-n", namespace, "--for=condition=Available", "deployment/speculator-operator",
+                        "--timeout=90s")  # fmt: skip
+        helm(cluster, tmp_path, "uninstall", release, "-n", namespace, "--wait")
+    finally:
+        for ns in (other, outside):
+            cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
 PROMTOOL = "/usr/bin/promtool"
 
 

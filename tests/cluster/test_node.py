@@ -207,6 +207,11 @@ def test_the_chart_runs_the_operator_in_cluster_and_it_reconciles_both_kinds(
         capture_output=True,
         timeout=120,
     )
+    # the same sample in a namespace the operator does not watch (its Roles stop at node_ns): left untouched
+    unwatched = f"{node_ns}-unwatched"
+    cluster.kubectl("create", "namespace", unwatched)
+    sample = (REPO / "examples" / "speculatordeployment.yaml").read_text().replace("s3://models/", f"{store}/")
+    cluster.kubectl("apply", "-n", unwatched, "-f", "-", input=sample.replace("models-s3", "s3"))
     for example in ("speculatordeployment.yaml", "speculatortrainjob.yaml"):
         text = (REPO / "examples" / example).read_text().replace("s3://models/", f"{store}/")
         cluster.kubectl("apply", "-n", node_ns, "-f", "-", input=text.replace("models-s3", "s3"))
@@ -218,6 +223,13 @@ def test_the_chart_runs_the_operator_in_cluster_and_it_reconciles_both_kinds(
     cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "stj/tiny-qwen3-eagle3", "--timeout=300s")
     for name in ("tiny-qwen3", "tiny-qwen3-broken", "tiny-qwen3-eagle3"):
         cluster.kubectl("delete", "-n", node_ns, f"speculators/{name}", "--wait=true", check=False)
+    # by now the operator has reconciled everything it watches; what it does not watch it never touched
+    for item in json.loads(cluster.kubectl("get", "speculators", "-n", unwatched, "-o", "json").stdout)["items"]:
+        assert "status" not in item, item["metadata"]["name"]
+        annotations = item["metadata"].get("annotations") or {}
+        assert not [a for a in annotations if a.startswith("speculators.dev/")], annotations  # no kopf state
+    assert cluster.kubectl("get", "deployments,jobs", "-n", unwatched, "-o", "name").stdout.strip() == ""
+    cluster.kubectl("delete", "namespace", unwatched, "--wait=false")
 
 
 def _aws(cluster: Cluster) -> dict[str, str]:
