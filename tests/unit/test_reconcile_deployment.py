@@ -99,6 +99,19 @@ def test_unreadable_input_waits() -> None:
     assert conds(p.status)["Audited"] == ("Unknown", "CheckpointUnreadable")
 
 
+def test_a_pod_the_api_server_refuses_is_said_in_its_words() -> None:
+    refused = child("new", 0)
+    message = 'pods "d-1" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'
+    refused["status"]["conditions"] = [
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": message}
+    ]
+    out = serving_status(SPEC, "new", refused)
+    assert (out["ready"], out["reason"], out["problem"]) == (False, "FailedCreate", message)
+    healed = child("new", 2)
+    healed["status"]["conditions"] = [{"type": "ReplicaFailure", "status": "False"}]
+    assert serving_status(SPEC, "new", healed)["reason"] == "RolledOut"
+
+
 def test_serving_status_counts_only_the_current_revision() -> None:
     assert serving_status(SPEC, "new", child("old", 2))["ready"] is False
     assert serving_status(SPEC, "new", child("old", 2))["updatedReplicas"] == 0

@@ -13,7 +13,8 @@ Condition reasons:
   TrainJobPending | TrainJobFailed | TrainJobMismatch
 - VerifierCurrent: RevisionResolved | VerifierChanged (Pause) | Retraining | RetrainUnavailable
 - DraftCurrent: RevisionResolved | DraftChanged (the draft's bytes moved under the same source; Pause)
-- Serving: RolledOut | RollingOut | ScaledToZero | NotDeployed | ApplyFailed
+- Serving: RolledOut | RollingOut | ScaledToZero | NotDeployed | ApplyFailed | FailedCreate (no pod admitted:
+  Pod Security, a quota) | a stuck pod's reason (reconcile/pods.py)
 - Ready: Ready | RollingOut | AuditFailed | InvalidSpec | ReleaseUnsupported | WaitingForInputs | ApplyFailed
 """
 
@@ -104,6 +105,10 @@ def serving_status(
         problem = first_problem(mine)
         if problem:
             out["reason"], out["problem"] = problem
+    failure = next((c for c in st.get("conditions") or [] if c.get("type") == "ReplicaFailure"), None)
+    if not done and failure and failure.get("status") == "True":
+        # no pod could be created at all (Pod Security admission, a quota): the API server's words
+        out["reason"], out["problem"] = "FailedCreate", str(failure.get("message") or failure.get("reason"))[:1000]
     return out
 
 
