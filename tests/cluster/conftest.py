@@ -50,6 +50,7 @@ class Cluster:
     api: client.ApiClient
     local: ClusterInfo | None  # None when the tests run against an existing cluster
     s3: S3Info | None
+    harness: LocalCluster | None = None  # the supervisor of a local cluster: faults (restart a component)
 
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300
@@ -105,7 +106,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     info = local.start()
     try:
         api = config.new_client_from_config(str(info.kubeconfig))
-        yield Cluster(info.kubeconfig, str(info.kubectl), api, info, info.s3)
+        yield Cluster(info.kubeconfig, str(info.kubectl), api, info, info.s3, local)
     finally:
         local.stop()
 

@@ -57,7 +57,15 @@ def test_restart_converges_without_duplicates_or_writes(
     with KopfRunner(args, timeout=60):
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("steady", store, "good", creds))
         cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/steady", "--timeout=120s")
-        # and its first acceptance scrape written (its kwok pod's address is not dialled: NoMetrics)
+
+        # and the acceptance scrape of both its ready pods written (their kwok addresses are not dialled:
+        # NoMetrics, each pod named); a scrape before the pods were ready says NoMetrics too, without them
+        def scraped() -> None:
+            acc = get(cluster, namespace, "sdep/steady")["status"].get("acceptance") or {}
+            failing = (acc.get("pods") or {}).get("failing") or []
+            assert len(failing) == 2, acc
+
+        eventually(scraped, timeout=60)
         cluster.kubectl(
             "wait", "-n", namespace, "--for=condition=SpeculationEffective=Unknown", "sdep/steady", "--timeout=60s"
         )

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from speculator_operator.localcluster.network import kube_proxy_serves
 from speculator_operator.reconcile.acceptance import parse_sample
@@ -471,11 +472,25 @@ def _vllm_counters(ip: str) -> dict[str, Any]:
     }
 
 
+def _operator_drafts(cluster: Cluster, namespace: str) -> float | None:
+    """The in-cluster operator's own live count of the drafts in the window (its /metrics, every scrape;
+    the status is written only when a value moves materially)."""
+    (pod,) = list_pods(cluster, namespace, "app.kubernetes.io/name=speculator-operator")
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8081/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "speculator_acceptance_drafts" and s.labels == {"namespace": namespace, "name": "known"}:
+                return float(s.value)
+    return None
+
+
 def _judged(cluster: Cluster, namespace: str, counters: dict[str, Any], verdict: tuple[str, str]) -> dict[str, Any]:
+    assert _operator_drafts(cluster, namespace) == counters["drafts"]  # all of vLLM's drafts, counted once
     st = get(cluster, namespace, "sdep/known")["status"]
     acc = st.get("acceptance") or {}
     assert acc.get("revision") == st["revision"], acc
-    assert acc.get("drafts") == int(counters["drafts"]), (acc, counters)  # all of vLLM's drafts, counted once
+    assert acc.get("drafts", 0) > 0.75 * counters["drafts"], (acc, counters)  # the status: within a quarter
     cond = next(c for c in st["conditions"] if c["type"] == "SpeculationEffective")
     assert (cond["status"], cond["reason"]) == verdict, cond
     return acc

@@ -55,7 +55,12 @@ def test_the_operator_serving_and_stage_pods_are_admitted_under_restricted(
 def test_a_pod_the_api_server_refuses_is_said_in_its_words(
     cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str
 ) -> None:
-    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-pods"},
+        "spec": {"hard": {"pods": "0"}},
+    }
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(quota))
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("refused", store, "good", creds, replicas=1))
 

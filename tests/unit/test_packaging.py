@@ -68,7 +68,8 @@ def test_chart_default_release_is_the_table_default() -> None:
 
 def test_cluster_role_lists_every_verb_and_resource() -> None:
     rbac = (REPO / "charts" / "speculator-operator" / "templates" / "rbac.yaml").read_text()
-    assert "*" not in rbac
+    rules = re.sub(r"\{\{- /\*.*?\*/\}\}", "", rbac)  # template comments aside
+    assert "*" not in rules
 
 
 def test_the_cpu_node_example_names_the_cpu_server_image_of_this_release() -> None:

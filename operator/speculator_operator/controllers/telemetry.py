@@ -68,6 +68,7 @@ BREAK_EVEN = Gauge("speculator_break_even_alpha", "α* for the pair's cost ratio
 PER_POSITION = Gauge(
     "speculator_acceptance_per_position", "Drafts with positions 0..p accepted / drafts", (*LABELS, "position")
 )
+DRAFTS = Gauge("speculator_acceptance_drafts", "Verification steps with drafts in the window (counted pods)", LABELS)
 RUNNING = Gauge("speculator_requests_running", "vllm:num_requests_running summed over the counted pods", LABELS)
 SCRAPES = Counter("speculator_scrapes", "Scrapes of serving pods by outcome", ("outcome",))
 _positions: dict[tuple[str, str], set[str]] = {}  # the position labels set per deployment, to remove them
@@ -198,6 +199,7 @@ def _publish(namespace: str, name: str, acc: dict[str, Any]) -> None:
         (ALPHA, "alpha"),
         (SPEEDUP, "predictedSpeedup"),
         (BREAK_EVEN, "breakEvenAlpha"),
+        (DRAFTS, "drafts"),
     ):
         value = acc.get(key)
         if isinstance(value, int | float):
@@ -212,7 +214,7 @@ def _publish(namespace: str, name: str, acc: dict[str, Any]) -> None:
 
 
 def forget(namespace: str, name: str) -> None:
-    for gauge in (RATE, MEAN_LENGTH, ALPHA, SPEEDUP, BREAK_EVEN, RUNNING):
+    for gauge in (RATE, MEAN_LENGTH, ALPHA, SPEEDUP, BREAK_EVEN, DRAFTS, RUNNING):
         with contextlib.suppress(KeyError):
             gauge.remove(namespace, name)
     for position in _positions.pop((namespace, name), set()):

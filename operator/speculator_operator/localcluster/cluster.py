@@ -124,6 +124,7 @@ class LocalCluster(Supervisor):
         self.real_node = real_node
         self.cache = cache
         self.info: ClusterInfo | None = None
+        self.etcd_url: str | None = None
         self.api: Api | None = None
         self._node: realnode.Prepared | None = None
 
@@ -141,7 +142,7 @@ class LocalCluster(Supervisor):
                 self._record_state(None)  # from here on a killed start leaves a record of what to undo
             address = network.GATEWAY if self._node else LOOPBACK
             pki = write_pki(self.workdir / "pki", (address,), NODE_NAME if self._node else None)
-            etcd_url = etcd.start(self)
+            etcd_url = self.etcd_url = etcd.start(self)
             self.api = apiserver.start(self, pki, etcd_url, address, publish_endpoint=self._node is not None)
             write_kubeconfig(self.kubeconfig, self.api.server, pki)
             controllers.start(self, self.kubeconfig, self.workdir / "pki")
@@ -207,6 +208,20 @@ class LocalCluster(Supervisor):
 
     def node_names(self) -> list[str]:
         return self.fake_node_names() + ([NODE_NAME] if self._node else [])
+
+    def restart_apiserver(self, down_seconds: float = 0.0, compact: bool = False) -> int | None:
+        """A fault for the tests: stop the API server in place, optionally compact etcd's history while it
+        is down (so that watches resume from an expired resource version: 410 Gone), wait, start it again
+        on the same address and port. Returns the revision compacted at, if any."""
+        self.stop_component("kube-apiserver")
+        compacted = etcd.compact(self.etcd_url) if compact and self.etcd_url else None
+        if down_seconds:
+            time.sleep(down_seconds)  # the outage itself: what the fault is
+        self.start_component("kube-apiserver")
+        if self.info is not None:
+            self.info.pids["kube-apiserver"] = self.processes["kube-apiserver"].pid
+            self._record_state(self.info)
+        return compacted
 
     def _stop_one(self, name: str) -> None:
         proc = self.processes.pop(name, None)

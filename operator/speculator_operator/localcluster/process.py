@@ -156,6 +156,8 @@ class Supervisor:
         self.processes: dict[str, Process] = {}
         self.ports: dict[str, int] = {}
         self.durations: dict[str, float] = {}
+        # what each component was started with, to start it again in place (same ports, same flags)
+        self.launched: dict[str, tuple[list[str], Callable[[], bool], dict[str, str] | None, Sequence[int]]] = {}
 
     def bin(self, name: str) -> str:
         return str(self.bin_dir / name)
@@ -179,10 +181,12 @@ class Supervisor:
         log = self.log_path(name)
         t0 = time.monotonic()
         for attempt in range(1, PORT_RETRIES + 1):
-            proc = Process(name, make_argv(), log, env, pass_fds)
+            argv = make_argv()
+            proc = Process(name, argv, log, env, pass_fds)
             self.processes[name] = proc
             outcome = self.wait(name, proc, ready)
             if outcome == "ready":
+                self.launched[name] = (argv, ready, env, pass_fds)
                 self.durations[name] = time.monotonic() - t0
                 self.say(f"local-cluster: {name} ready in {self.durations[name]:.1f} s")
                 return proc
@@ -206,6 +210,30 @@ class Supervisor:
                 pass
             time.sleep(0.2)
         raise ComponentError(name, f"not ready within {self.timeout:.0f} s", tail(proc.log))
+
+    def stop_component(self, name: str) -> None:
+        """Stop one component and keep what it was started with (a fault a test injects)."""
+        if name not in self.launched:
+            raise KeyError(f"{name} was not started by this supervisor")
+        proc = self.processes.get(name)
+        if proc is not None:
+            proc.stop()
+        self.say(f"local-cluster: {name} stopped")
+
+    def start_component(self, name: str) -> Process:
+        """Start a stopped component again in place: the same command line, so the same ports and data."""
+        argv, ready, env, pass_fds = self.launched[name]
+        t0 = time.monotonic()
+        proc = Process(name, argv, self.log_path(name), env, pass_fds)
+        self.processes[name] = proc
+        if self.wait(name, proc, ready) != "ready":
+            raise ComponentError(name, f"exited with code {proc.exited()} while starting again", tail(proc.log))
+        self.say(f"local-cluster: {name} started again in {time.monotonic() - t0:.1f} s")
+        return proc
+
+    def restart_component(self, name: str) -> Process:
+        self.stop_component(name)
+        return self.start_component(name)
 
     def check_running(self) -> None:
         """Fail naming the first component that has exited."""

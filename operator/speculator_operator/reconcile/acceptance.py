@@ -365,8 +365,14 @@ def _material_view(acc: dict[str, Any] | None) -> tuple[Any, ...]:
     )
 
 
+DRAFTS_STEP = 0.25  # the evidence grew or shrank by a quarter since the last write: worth one
+
+
 def changed_materially(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
-    return _material_view(old) != _material_view(new)
+    if _material_view(old) != _material_view(new):
+        return True
+    before, now = int((old or {}).get("drafts") or 0), int(new.get("drafts") or 0)
+    return abs(now - before) > DRAFTS_STEP * before
 
 
 def disabled_condition(generation: int, tuning: dict[str, Any] | None) -> Condition:
