@@ -490,7 +490,7 @@ def _judged(cluster: Cluster, namespace: str, counters: dict[str, Any], verdict:
     st = get(cluster, namespace, "sdep/known")["status"]
     acc = st.get("acceptance") or {}
     assert acc.get("revision") == st["revision"], acc
-    assert acc.get("drafts", 0) > 0.75 * counters["drafts"], (acc, counters)  # the status: within a quarter
+    assert 0 < acc.get("drafts", 0) <= counters["drafts"], (acc, counters)  # written when a value moved
     cond = next(c for c in st["conditions"] if c["type"] == "SpeculationEffective")
     assert (cond["status"], cond["reason"]) == verdict, cond
     return acc

@@ -190,10 +190,8 @@ def test_only_material_changes_are_written() -> None:
     assert changed_materially(None, a)
     moved = dict(a, revision="r2")
     assert changed_materially(a, moved)
-    # the evidence itself: a quarter more (or fewer) drafts than written is worth a write, less is not
-    assert changed_materially(a, dict(a, drafts=1300))
-    assert changed_materially(a, dict(a, drafts=700))
-    assert not changed_materially(a, dict(a, drafts=1200))
+    # the drafts count alone is not (it swings with how many scrapes the window holds)
+    assert not changed_materially(a, dict(a, drafts=1500))
 
 
 def test_merge_patch_removes_what_is_gone() -> None:
