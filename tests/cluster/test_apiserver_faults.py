@@ -63,7 +63,7 @@ def test_an_api_server_restart_over_compacted_history_loses_no_transition(
         patch = {"spec": {"serving": {"maxNumSeqs": 64}}}
         cluster.kubectl("patch", "-n", namespace, "sdep/steady", "--type=merge", "-p", json.dumps(patch))
         # a write the operator does not watch moves etcd past every resource version it has seen
-        cluster.kubectl("create", "configmap", "-n", "default", f"advance-{namespace[-6:]}")
+        cluster.kubectl("create", "configmap", "-n", namespace, "advance")  # gone with the namespace
         compacted = cluster.harness.restart_apiserver(down_seconds=5, compact=True)
         assert compacted is not None
 

@@ -207,7 +207,7 @@ def reconcile(
             raise kopf.TemporaryError("waiting for inputs; see status.conditions", delay=RETRY_SECONDS)
 
 
-def _parsed(spec: kopf.Spec) -> SpeculatorDeploymentSpec | None:
+def parsed_spec(spec: Mapping[str, Any]) -> SpeculatorDeploymentSpec | None:
     """The typed spec, or None when it does not validate (the create/update handler reports that)."""
     try:
         return SpeculatorDeploymentSpec.model_validate(dict(spec))
@@ -243,7 +243,7 @@ def poll_inputs(
 ) -> None:  # fmt: skip
     """Every upgradePolicy.pollIntervalSeconds: resolve the verifier and the draft revisions again and act on
     a change (onVerifierChange, onDraftChange)."""
-    parsed = _parsed(spec)
+    parsed = parsed_spec(spec)
     if namespace is None or parsed is None:
         return
     now = time.monotonic()
@@ -379,7 +379,7 @@ def resync(
 ) -> None:
     """A missed child event must not leave the status stale: compare with the child now and then.
     Writes only when something differs."""
-    parsed = _parsed(spec)
+    parsed = parsed_spec(spec)
     if namespace is None or parsed is None:
         return
     current = dict(status or {})

@@ -26,10 +26,8 @@ from typing import Any
 import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
-from pydantic import ValidationError
 
 from speculator_operator.api.common import GROUP, VERSION
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.controllers import deployment
 from speculator_operator.reconcile.acceptance import (
     Economics,
@@ -251,7 +249,7 @@ async def scrape_acceptance(
     current = dict(status or {})
     econ = _economics(current)
     revision = current.get("revision")
-    parsed = _parsed(spec)
+    parsed = deployment.parsed_spec(spec)
     if namespace is None or econ is None or not revision or parsed is None:
         return  # nothing served yet: nothing to measure
     tuning = parsed.serving.tuning
@@ -297,13 +295,6 @@ async def scrape_acceptance(
             patch.status[key] = value  # kopf's patch is a merge patch
     for type_, reason, message in events:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
-
-
-def _parsed(spec: kopf.Spec) -> SpeculatorDeploymentSpec | None:
-    try:
-        return SpeculatorDeploymentSpec.model_validate(dict(spec))
-    except ValidationError:
-        return None
 
 
 def _roll_out(
