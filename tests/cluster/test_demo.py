@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from speculator_operator.localcluster.cluster import load_state
+from speculator_operator.localcluster.state import recover_stale_node
 from speculator_operator.localcluster.traces import snapshot
 
 from .conftest import REPO, node_required
@@ -23,6 +24,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.before_cluster]
 def test_demo_serves_the_samples_and_cleans_up(tmp_path: Path, bin_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG",) and not k.startswith("AWS_")}
     env["DEV_CLUSTER_DIR"] = str(tmp_path / "demo")
+    recover_stale_node()  # a node a killed run left behind is undone first, or `up` would undo it mid-test
     before = snapshot()
     up = subprocess.run([str(REPO / "hack" / "demo")], capture_output=True, text=True, env=env, timeout=1800)
     try:
