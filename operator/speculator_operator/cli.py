@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import socket
 import sys
 from typing import Any, NoReturn
 
@@ -121,6 +124,24 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch the whole cluster (default)")
     rn.add_argument("--standalone", action="store_true", help="no peering with other operator instances")
     rn.add_argument("--liveness", metavar="URL", help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    rn.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run the controllers only while holding a coordination.k8s.io Lease (replicas wait as standbys); "
+        "exits 3 when the Lease is lost",
+    )
+    rn.add_argument("--lease-name", default="speculator-operator", help="the Lease (default: %(default)s)")
+    rn.add_argument(
+        "--lease-namespace",
+        default=None,
+        help="the Lease's namespace (default: POD_NAMESPACE, the service account's, or default)",
+    )
+    rn.add_argument("--identity", default=None, help="this candidate's name in the Lease (default: POD_NAME_xxxxxx)")
+    rn.add_argument(
+        "--skip-permission-check",
+        action="store_true",
+        help="start without first asking the API server whether every verb the operator uses is allowed",
+    )
 
     im = sub.add_parser(
         "images",
@@ -356,6 +377,89 @@ def _trainer(args: argparse.Namespace) -> int:
     )
 
 
+EXIT_NOT_ALLOWED = 4  # the operator's identity lacks a verb it needs
+EXIT_LEASE_LOST = 3  # another replica holds the Lease now: restart as a standby
+
+
+def _lease_namespace(args: argparse.Namespace) -> str:
+    if args.lease_namespace:
+        return str(args.lease_namespace)
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    from pathlib import Path
+
+    sa = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    return sa.read_text().strip() if sa.exists() else "default"
+
+
+def _run(args: argparse.Namespace) -> int:
+    import threading
+    import uuid
+
+    import kopf
+
+    import speculator_operator.controllers  # noqa: F401  (registers the handlers)
+    from speculator_operator.controllers import kube, leader, permissions
+
+    settings = kopf.OperatorSettings()
+    # named namespaces: no cluster-wide scanning (kopf would list namespaces and watch CRDs, which a
+    # Role-only install may not); the CRDs exist before the operator starts (the chart installs them first)
+    settings.scanning.disabled = bool(args.namespace)
+    scope: dict[str, Any] = {
+        "standalone": args.standalone or args.leader_elect,  # the Lease elects; kopf's peering would only pause
+        "namespaces": args.namespace or (),
+        "clusterwide": not args.namespace,
+        "liveness_endpoint": args.liveness,
+        "settings": settings,
+    }
+
+    kopf.configure()  # kopf's own log format at INFO, for its lines and ours (the Lease's changes)
+    lease_namespace = _lease_namespace(args) if args.leader_elect else None
+    if not args.skip_permission_check:
+        kube.load_config()
+        denied = permissions.missing(kube.api(), permissions.checks(args.namespace or [], lease_namespace))
+        if denied:
+            print(permissions.refusal(denied), file=sys.stderr)
+            return EXIT_NOT_ALLOWED
+    if lease_namespace is None:
+        kopf.run(**scope)
+        return 0
+
+    kube.load_config()
+    identity = args.identity or f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:6]}"
+    elector = leader.Elector(kube.api(), lease_namespace, args.lease_name, identity)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    health = leader.StandbyHealth(args.liveness)
+    try:
+        if not elector.acquire(stop):
+            return 0  # stopped while a standby
+    finally:
+        health.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    lost = threading.Event()
+    done = threading.Event()
+
+    def on_lost() -> None:
+        # kopf's own SIGTERM path: a graceful stop. (A stop flag would be awaited by a task, or a worker
+        # thread, that holds the exit up for as long as nobody sets it.)
+        lost.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    elector.keep(on_lost, done)
+    try:
+        kopf.run(**scope)
+    finally:
+        done.set()
+        if not lost.is_set():
+            elector.release()
+    if lost.is_set():
+        print(f"speculator-operator: Lease {lease_namespace}/{args.lease_name} lost; exiting", file=sys.stderr)
+        return EXIT_LEASE_LOST
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -372,17 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "render":
             return _render(args)
         if args.command == "run":
-            import kopf
-
-            import speculator_operator.controllers  # noqa: F401  (registers the handlers)
-
-            kopf.run(
-                standalone=args.standalone,
-                namespaces=args.namespace or (),
-                clusterwide=not args.namespace,
-                liveness_endpoint=args.liveness,
-            )
-            return 0
+            return _run(args)
         if args.command == "stage":
             from speculator_operator.entrypoints import stage
 

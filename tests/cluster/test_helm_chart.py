@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from speculator_operator.controllers import permissions
+
 from .conftest import REPO, Cluster
 
 pytestmark = pytest.mark.cluster
@@ -51,20 +53,13 @@ def test_installed_chart_grants_what_the_operator_uses_and_no_more(
         out = cluster.kubectl("auth", "can-i", verb, resource, "--as", sa, "-A", *extra, check=False)
         return out.stdout.strip() == "yes"
 
-    needed = [
-        ("watch", "speculatordeployments.speculators.dev"), ("patch", "speculatordeployments.speculators.dev/status"),
-        ("create", "deployments.apps"), ("patch", "services"), ("delete", "poddisruptionbudgets.policy"),
-        ("get", "secrets"), ("create", "events"),
-        ("watch", "speculatortrainjobs.speculators.dev"), ("patch", "speculatortrainjobs.speculators.dev/status"),
-        ("create", "speculatortrainjobs.speculators.dev"), ("create", "jobs.batch"), ("list", "pods"),
-        ("create", "persistentvolumeclaims"), ("delete", "deployments.apps"), ("list", "replicasets.apps"),
-        ("watch", "pods"),
-    ]  # fmt: skip
-    for verb, resource in needed:
-        assert can(verb, resource), f"the operator cannot {verb} {resource}"
+    # every verb the operator asks for at start (permissions.checks), as the real RBAC authorizer answers
+    for check in permissions.checks([], lease_namespace=namespace):
+        assert can_i(cluster, sa, check), f"the chart does not grant: {check}"
     for verb, resource in [("list", "secrets"), ("create", "pods"), ("delete", "nodes"), ("*", "*"),
                            ("delete", "persistentvolumeclaims"), ("delete", "jobs.batch"),
-                           ("delete", "replicasets.apps"),
+                           ("delete", "replicasets.apps"), ("list", "leases.coordination.k8s.io"),
+                           ("update", "leases.coordination.k8s.io"),
                            ("create", "clusterroles.rbac.authorization.k8s.io")]:  # fmt: skip
         assert not can(verb, resource), f"the operator may {verb} {resource}, which it does not need"
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Available", "deployment/speculator-operator",
@@ -101,24 +96,15 @@ def test_a_namespaced_install_grants_roles_in_its_namespaces_and_nothing_elsewhe
             out = cluster.kubectl("auth", "can-i", verb, resource, "--as", sa, *scope, check=False)
             return out.stdout.strip() == "yes"
 
-        needed = [
-            ("watch", "speculatordeployments.speculators.dev"),
-            ("patch", "speculatortrainjobs.speculators.dev/status"),
-            ("get", "secrets"),
-            ("watch", "pods"),
-            ("create", "jobs.batch"),
-            ("create", "deployments.apps"),
-            ("delete", "services"),
-            ("delete", "poddisruptionbudgets.policy"),
-            ("create", "persistentvolumeclaims"),
-            ("create", "events"),
-        ]
-        for verb, resource in needed:
-            for ns in (namespace, other):
-                assert can(verb, resource, ns), f"the operator cannot {verb} {resource} in {ns}, which it watches"
+        for check in permissions.checks([namespace, other], lease_namespace=namespace):
+            assert can_i(cluster, sa, check), f"the chart does not grant: {check}"
+            verb, resource = check.verb, _resource(check)
+            if check.resource == "leases":
+                assert not can(verb, resource, other), f"the operator may {verb} {resource} in {other}"
             assert not can(verb, resource, outside), f"the operator may {verb} {resource} in {outside}"
             assert not can(verb, resource, "*"), f"the operator may {verb} {resource} in every namespace"
-        assert not can("list", "namespaces", "*")  # named namespaces: kopf lists none
+        assert not can("list", "namespaces", "*")  # named namespaces: the operator scans nothing cluster-wide
+        assert not can("list", "customresourcedefinitions.apiextensions.k8s.io", "*")
         cluster_roles = cluster.kubectl("get", "clusterroles", "-o", "name").stdout
         assert f"{release}-speculator-operator" not in cluster_roles
         cluster.kubectl("wait", "-n", namespace, "--for=condition=Available", "deployment/speculator-operator",
@@ -127,6 +113,18 @@ def test_a_namespaced_install_grants_roles_in_its_namespaces_and_nothing_elsewhe
     finally:
         for ns in (other, outside):
             cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def _resource(check: permissions.Check) -> str:
+    resource = check.resource.split("/")[0]
+    return f"{resource}.{check.group}" if check.group else resource
+
+
+def can_i(cluster: Cluster, sa: str, check: permissions.Check) -> bool:
+    scope = ["-n", check.namespace] if check.namespace else ["-A"]
+    sub = ["--subresource", check.resource.split("/")[1]] if "/" in check.resource else []
+    out = cluster.kubectl("auth", "can-i", check.verb, _resource(check), *sub, "--as", sa, *scope, check=False)
+    return out.stdout.strip() == "yes"
 
 
 PROMTOOL = "/usr/bin/promtool"

@@ -9,9 +9,8 @@ from typing import Any
 
 import kopf
 import prometheus_client
-from kubernetes import config as kube_config
 
-from speculator_operator.controllers import deployment, telemetry, trainjob  # noqa: F401  (registers the handlers)
+from speculator_operator.controllers import deployment, kube, telemetry, trainjob  # noqa: F401  (registers the handlers)
 
 
 @kopf.on.login()
@@ -39,8 +38,4 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
             prometheus_client.start_http_server(int(port), addr=address)
         else:
             prometheus_client.start_http_server(int(port))  # every address: in a pod, its own
-    try:
-        kube_config.load_incluster_config()
-    except kube_config.ConfigException:
-        # the client reads KUBECONFIG once, at import: pass it explicitly so a later setting counts
-        kube_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+    kube.load_config()

@@ -7,9 +7,11 @@ import base64
 import functools
 import hashlib
 import json
+import os
 from typing import Any
 
 from kubernetes import client
+from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
@@ -19,6 +21,15 @@ from speculator_operator.reconcile import merge_patch
 FIELD_MANAGER = "speculator-operator"
 APPLIED = "speculators.dev/applied-hash"
 RETRY_SECONDS = 30
+
+
+def load_config() -> None:
+    """In a pod: the service account; elsewhere: the KUBECONFIG read now (the client reads it once, at
+    import, so a later setting is passed explicitly)."""
+    try:
+        kube_config.load_incluster_config()
+    except kube_config.ConfigException:
+        kube_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
 
 
 @functools.cache
