@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from speculator_operator.localcluster import containerd
 from speculator_operator.localcluster.network import kube_proxy_serves
 from speculator_operator.reconcile.acceptance import parse_sample
 from speculator_operator.releases import get_release
@@ -51,16 +53,26 @@ CPU_SERVING = {
 }
 
 
-def helm(cluster: Cluster, home: Path, *args: str) -> str:
-    exe = Path(cluster.kubectl_path).with_name("helm")
-    env = {
+def _helm_env(cluster: Cluster, home: Path) -> dict[str, str]:
+    return {
         **os.environ,
         "KUBECONFIG": str(cluster.kubeconfig),
         "HELM_CACHE_HOME": str(home / "c"),
         "HELM_CONFIG_HOME": str(home / "f"),
         "HELM_DATA_HOME": str(home / "d"),
     }
-    out = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def helm_popen(cluster: Cluster, home: Path, *args: str) -> subprocess.Popen[str]:
+    exe = Path(cluster.kubectl_path).with_name("helm")
+    return subprocess.Popen(
+        [str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_helm_env(cluster, home)
+    )
+
+
+def helm(cluster: Cluster, home: Path, *args: str) -> str:
+    exe = Path(cluster.kubectl_path).with_name("helm")
+    out = subprocess.run([str(exe), *args], capture_output=True, text=True, env=_helm_env(cluster, home), timeout=300)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -193,10 +205,14 @@ def test_the_chart_runs_the_operator_in_cluster_and_it_reconciles_both_kinds(
     cluster: Cluster, node_ns: str, real_node: str
 ) -> None:
     dep = get(cluster, node_ns, "deployment/speculator-operator")
-    (pod,) = list_pods(cluster, node_ns, "app.kubernetes.io/name=speculator-operator")
-    assert pod["spec"]["nodeName"] == real_node  # a real pod, from the image built here
-    assert pod["spec"]["serviceAccountName"] == "speculator-operator"
-    assert dep["status"]["availableReplicas"] == 1
+    pods = list_pods(cluster, node_ns, "app.kubernetes.io/name=speculator-operator")
+    assert len(pods) == 2  # the chart's default: two replicas, one active
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == real_node  # real pods, from the image built here
+        assert pod["spec"]["serviceAccountName"] == "speculator-operator"
+    assert dep["status"]["availableReplicas"] == 2
+    holder = eventually(lambda: _lease_holder(cluster, node_ns), timeout=60)
+    assert holder.rsplit("_", 1)[0] in {p["metadata"]["name"] for p in pods}
     # the samples, as the README shows them (kwok plays their pods: they ask for GPUs)
     store = f"s3://models-{node_ns}"
     s3 = _s3(cluster)
@@ -231,6 +247,85 @@ def test_the_chart_runs_the_operator_in_cluster_and_it_reconciles_both_kinds(
         assert not [a for a in annotations if a.startswith("speculators.dev/")], annotations  # no kopf state
     assert cluster.kubectl("get", "deployments,jobs", "-n", unwatched, "-o", "name").stdout.strip() == ""
     cluster.kubectl("delete", "namespace", unwatched, "--wait=false")
+
+
+def _lease_holder(cluster: Cluster, namespace: str) -> str:
+    out = cluster.kubectl("get", "lease", "speculator-operator", "-n", namespace, "-o",
+                          "jsonpath={.spec.holderIdentity}", check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip(), "nobody holds the Lease"
+    return out.stdout.strip()
+
+
+def test_a_rolling_upgrade_of_the_operator_loses_no_transition(
+    cluster: Cluster, node_ns: str, real_node: str, tmp_path: Path
+) -> None:
+    """`helm upgrade` to a new image tag, on the real node, while a resource changes and another is created:
+    the new pods start as standbys, the old holder hands the Lease back as it stops, and every change is
+    reconciled once (the running resource's children are the same objects, changed in place)."""
+    if cluster.local is None:
+        pytest.skip("needs the local node's containerd to tag the new image")
+    old_image = get(cluster, node_ns, "deployment/speculator-operator")["spec"]["template"]["spec"]["containers"][0]
+    repository, _, tag = old_image["image"].rpartition(":")
+    new_tag = f"{tag}-upgrade"
+    tagged = containerd.ctr(cluster.local.workdir, "images", "tag", "--force", old_image["image"],
+                            f"{repository}:{new_tag}")  # fmt: skip
+    assert tagged.returncode == 0, tagged.stderr
+    store = f"s3://models-{node_ns}"
+    s3 = _s3(cluster)
+    bucket = store.removeprefix("s3://")
+    if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        s3.create_bucket(Bucket=bucket)
+        subprocess.run([sys.executable, str(REPO / "hack" / "demo-assets.py")], check=True, capture_output=True,
+                       env={**os.environ, **_aws(cluster), "DEMO_BUCKET": bucket}, timeout=120)  # fmt: skip
+    sample = (REPO / "examples" / "speculatordeployment.yaml").read_text().replace("s3://models/", f"{store}/")
+    first = next(d for d in yaml.safe_load_all(sample.replace("models-s3", "s3")) if d)
+    first["metadata"]["name"] = "before-upgrade"
+    cluster.kubectl("apply", "-n", node_ns, "-f", "-", input=json.dumps(first))
+    cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "sdep/before-upgrade", "--timeout=180s")
+    revision = get(cluster, node_ns, "sdep/before-upgrade")["status"]["revision"]
+    children = {d["metadata"]["name"]: d["metadata"]["uid"] for d in get(cluster, node_ns, "deployments")["items"]}
+    holder = _lease_holder(cluster, node_ns)
+
+    home = tmp_path / "helm"
+    home.mkdir()
+    upgrade = helm_popen(cluster, home, "upgrade", "so", str(CHART), "-n", node_ns, "--reuse-values", "--set",
+                         f"image.tag={new_tag}", "--skip-crds", "--wait", "--timeout", "300s")  # fmt: skip
+    # changes made while the replicas are being replaced
+    patch = {"spec": {"serving": {"extraArgs": ["--enforce-eager"]}}}
+    cluster.kubectl("patch", "-n", node_ns, "sdep/before-upgrade", "--type=merge", "-p", json.dumps(patch))
+    second = json.loads(json.dumps(first))
+    second["metadata"]["name"] = "during-upgrade"
+    cluster.kubectl("apply", "-n", node_ns, "-f", "-", input=json.dumps(second))
+    _, err = upgrade.communicate(timeout=400)
+    assert upgrade.returncode == 0, err
+
+    pods = list_pods(cluster, node_ns, "app.kubernetes.io/name=speculator-operator")
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    assert {p["spec"]["containers"][0]["image"] for p in live} == {f"{repository}:{new_tag}"}
+
+    def new_holder() -> str:
+        now = _lease_holder(cluster, node_ns)
+        assert now != holder
+        assert now.rsplit("_", 1)[0] in {p["metadata"]["name"] for p in live}, now
+        return now
+
+    eventually(new_holder, timeout=120)
+
+    def rolled() -> None:
+        status = get(cluster, node_ns, "sdep/before-upgrade").get("status") or {}
+        assert status.get("revision") not in (None, revision), status
+        assert status.get("phase") == "Ready", status
+
+    eventually(rolled, timeout=240)
+    cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "sdep/during-upgrade", "--timeout=240s")
+    after = {d["metadata"]["name"]: d["metadata"]["uid"] for d in get(cluster, node_ns, "deployments")["items"]}
+    assert {k: v for k, v in after.items() if k in children} == children  # changed in place, not made again
+    assert "during-upgrade" in after
+    lease = get(cluster, node_ns, "lease/speculator-operator")
+    assert int(lease["spec"]["leaseTransitions"]) >= 1
+    for name in ("before-upgrade", "during-upgrade"):
+        cluster.kubectl("delete", "-n", node_ns, f"sdep/{name}", "--wait=true", check=False)
 
 
 def _aws(cluster: Cluster) -> dict[str, str]:
