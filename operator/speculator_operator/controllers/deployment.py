@@ -25,6 +25,7 @@ from speculator_operator.checkpoint import (
 )
 from speculator_operator.controllers import kube, metrics
 from speculator_operator.controllers.kube import (
+    FIELD_MANAGER,
     RETRY_SECONDS,
     CredentialsError,
     api,
@@ -32,6 +33,7 @@ from speculator_operator.controllers.kube import (
     apply_children,
     current_child,
     list_pods,
+    read_child,
     secret_data,
 )
 from speculator_operator.economics import pair_cost_ratio
@@ -53,6 +55,7 @@ from speculator_operator.reconcile.deployment import (
     train_job_output,
     verifier_change,
 )
+from speculator_operator.reconcile.drift import edited_by, fingerprint
 from speculator_operator.reconcile.pods import pod_problem
 from speculator_operator.releases import get_release
 from speculator_operator.render.serving import MANAGED_BY
@@ -161,9 +164,12 @@ def reconcile_status(
     name: str,
     namespace: str,
     uid: str,
+    restoring: str | None = None,
 ) -> Plan:
     """Observe, plan, write the status, apply the children, post the events: one reconcile of a
-    SpeculatorDeployment whose stored status is `status` (also the tuning loop's way to roll a revision)."""
+    SpeculatorDeployment whose stored status is `status` (also the tuning loop's way to roll a revision).
+    `restoring` (why) re-applies children whose rendered form did not change: one was changed by hand; a
+    ChildRestored event says so when that changed something."""
     current = dict(status or {})
     generation = int(meta.get("generation") or 0)
     parsed = parse_spec(SpeculatorDeploymentSpec, spec)
@@ -178,7 +184,10 @@ def reconcile_status(
     write_status(namespace, name, current, p.status)
     if p.children:
         try:
-            apply_children(p.children)
+            changed = apply_children(p.children, force=restoring is not None)
+            if restoring and changed:
+                log.info("%s/%s: %s; restored", namespace, name, restoring)
+                kopf.event(body, type="Normal", reason="ChildRestored", message=f"{restoring}; restored"[:1024])
         except ApiException as exc:
             message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
             failed_apply = apply_failed(p.status, int(meta.get("generation") or 0), message)
@@ -351,16 +360,75 @@ def refresh_owner(namespace: str, owner: str, child: dict[str, Any] | None) -> N
     write_status(namespace, owner, status, refresh_serving(parsed, status, child, generation, pods))
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
+_children = {"app.kubernetes.io/managed-by": MANAGED_BY, "speculators.dev/deployment": kopf.PRESENT}
+_serving_pods = _children
+
+
+# children whose other managers own only what the operator does not set: {uid: drift.fingerprint}
+_theirs: dict[str, str] = {}
+
+
+def restore(namespace: str, owner: str, child: dict[str, Any] | None, what: str) -> bool:
+    """A child was deleted or changed by hand (`what` says which and by whom): reconcile its owner,
+    re-applying every child. False when there is no owner to restore for (it is being deleted)."""
+    try:
+        raw = client.CustomObjectsApi(api()).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, owner)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    obj = kopf.Body(cast(kopf.RawBody, raw))
+    if obj.meta.get("deletionTimestamp") or holds_for_retrain(dict(obj.status), int(obj.meta.get("generation") or 0)):
+        return False
+    with metrics.reconciling("SpeculatorDeployment"):
+        reconcile_status(obj, obj.spec, obj.meta, obj.status, owner, namespace, obj.meta["uid"], restoring=what)
+    if child is not None:
+        uid = child["metadata"]["uid"]
+        now = read_child(child["apiVersion"], child["kind"], namespace, child["metadata"]["name"])
+        if now is not None and edited_by(now, FIELD_MANAGER):
+            _theirs[uid] = fingerprint(now, FIELD_MANAGER)  # what is left is theirs
+    return True
+
+
+def _drift(body: kopf.Body, type: str | None) -> tuple[dict[str, Any] | None, str] | None:
+    """The child as it is now and why its owner should restore it (deleted, or its spec changed by someone
+    else), or None. The event may be stale (one queued before the last restoration landed): the child as
+    the API server has it now decides."""
+    kind, name = body.get("kind") or "child", body.get("metadata", {}).get("name")
+    if type == "DELETED":
+        _theirs.pop(body.get("metadata", {}).get("uid") or "", None)
+    elif not edited_by(body, FIELD_MANAGER):
+        return None
+    now = read_child(body.get("apiVersion") or "", kind, body.get("metadata", {}).get("namespace") or "", name)
+    if now is None:
+        return None, f"{kind} {name} was deleted"
+    who = edited_by(now, FIELD_MANAGER)
+    if who is None or _theirs.get(now["metadata"]["uid"]) == fingerprint(now, FIELD_MANAGER):
+        return None
+    return now, f"{kind} {name} was changed by {who}"
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=_children)  # type: ignore[arg-type]
 def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
-    """A child Deployment moved: refresh the owner's replica counts and readiness."""
+    """A child Deployment moved: refresh the owner's replica counts and readiness; deleted or changed by
+    hand: restore it."""
     owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
     if not owner or not type or namespace is None:
+        return
+    drift = _drift(body, type)
+    if drift and restore(namespace, owner, *drift):
         return
     refresh_owner(namespace, owner, None if type == "DELETED" else dict(body))
 
 
-_serving_pods = {"app.kubernetes.io/managed-by": MANAGED_BY, "speculators.dev/deployment": kopf.PRESENT}
+@kopf.on.event("", "v1", "services", labels=_children)  # type: ignore[arg-type]
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=_children)  # type: ignore[arg-type]
+def other_child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
+    """A child Service or PodDisruptionBudget deleted or changed by hand: restore it."""
+    owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
+    drift = _drift(body, type) if owner and namespace is not None else None
+    if owner and namespace is not None and drift:
+        restore(namespace, owner, *drift)
 
 
 @kopf.on.event("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]

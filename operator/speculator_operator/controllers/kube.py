@@ -63,6 +63,18 @@ def current_child(namespace: str, name: str) -> dict[str, Any] | None:
     return result
 
 
+def read_child(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """A child as the API server has it now (managed fields included), or None when it does not exist."""
+    resource = DynamicClient(api()).resources.get(api_version=api_version, kind=kind)
+    try:
+        obj: dict[str, Any] = resource.get(name=name, namespace=namespace).to_dict()
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return obj
+
+
 def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
     pods = client.CoreV1Api(api()).list_namespaced_pod(namespace, label_selector=selector)
     serialize = api().sanitize_for_serialization
@@ -73,10 +85,12 @@ def _applied_hash(obj: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def apply_children(children: list[dict[str, Any]]) -> int:
-    """Server-side apply each child whose rendered form changed; returns how many were written."""
+def apply_children(children: list[dict[str, Any]], force: bool = False) -> int:
+    """Server-side apply each child whose rendered form changed (every child with `force`: one changed by
+    hand keeps our annotation but not our values); returns how many the API server changed (an apply
+    that changes nothing leaves the resourceVersion as it was)."""
     dyn = DynamicClient(api())
-    writes = 0
+    changed = 0
     # the Deployment last: once its pods are ready the object reports Ready, so the rest must exist by then
     for child in sorted(children, key=lambda c: c["kind"] == "Deployment"):
         digest = _applied_hash(child)
@@ -84,17 +98,19 @@ def apply_children(children: list[dict[str, Any]]) -> int:
         body["metadata"].setdefault("annotations", {})[APPLIED] = digest
         resource = dyn.resources.get(api_version=child["apiVersion"], kind=child["kind"])
         meta = child["metadata"]
+        version = None
         try:
             existing = resource.get(name=meta["name"], namespace=meta["namespace"])
-            if (existing.metadata.annotations or {}).get(APPLIED) == digest:
+            version = existing.metadata.resourceVersion
+            if not force and (existing.metadata.annotations or {}).get(APPLIED) == digest:
                 continue
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        resource.server_side_apply(body=body, name=meta["name"], namespace=meta["namespace"],
-                                   field_manager=FIELD_MANAGER, force_conflicts=True)  # fmt: skip
-        writes += 1
-    return writes
+        applied = resource.server_side_apply(body=body, name=meta["name"], namespace=meta["namespace"],
+                                             field_manager=FIELD_MANAGER, force_conflicts=True)  # fmt: skip
+        changed += applied.metadata.resourceVersion != version
+    return changed
 
 
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
