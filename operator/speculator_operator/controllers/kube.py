@@ -8,7 +8,7 @@ import functools
 import hashlib
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes import config as kube_config
@@ -128,11 +128,52 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_status(plural: str, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Patch what changed from `old` to `new`. Several writers share one status (the reconcile, the child
+    events, the timers) and a timer's `old` may be stale: the top-level keys it did not change are not sent,
+    and the conditions (one list, which a merge patch replaces whole) are merged by type into the list the
+    API server has now, sent with that resourceVersion as a precondition (a conflict reads it again). A
+    stale writer thus cannot overturn a condition it did not change."""
     delta = status_patch(old, new)
-    if delta:
-        client.CustomObjectsApi(api()).patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, plural, name, {"status": delta}
-        )
+    if not delta:
+        return
+    objects = client.CustomObjectsApi(api())
+    if "conditions" not in delta:
+        objects.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name, {"status": delta})
+        return
+    changes = condition_changes(old.get("conditions") or [], new.get("conditions") or [])
+    for attempt in range(5):
+        read = objects.get_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name)
+        fresh = cast(dict[str, Any], read)
+        now = (fresh.get("status") or {}).get("conditions") or []
+        body = {
+            "metadata": {"resourceVersion": fresh["metadata"]["resourceVersion"]},
+            "status": {**delta, "conditions": apply_condition_changes(now, changes)},
+        }
+        try:
+            objects.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name, body)
+            return
+        except ApiException as exc:
+            if exc.status != 409 or attempt == 4:
+                raise
+
+
+def condition_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+    """{type: the condition as `new` has it, or None where `new` dropped it}, for the types that differ."""
+    before = {str(c.get("type")): c for c in old}
+    after = {str(c.get("type")): c for c in new}
+    out: dict[str, dict[str, Any] | None] = {t: c for t, c in after.items() if before.get(t) != c}
+    out.update({t: None for t in before if t not in after})
+    return out
+
+
+def apply_condition_changes(
+    current: list[dict[str, Any]], changes: dict[str, dict[str, Any] | None]
+) -> list[dict[str, Any]]:
+    """`current` with `changes` applied by type (order kept, new types appended, None removing one)."""
+    merged = [changes.get(str(c.get("type")), c) for c in current]
+    seen = {str(c.get("type")) for c in current}
+    merged += [c for t, c in changes.items() if t not in seen]
+    return [c for c in merged if c is not None]
 
 
 def api_message(exc: ApiException) -> str:

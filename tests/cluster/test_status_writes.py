@@ -1,0 +1,60 @@
+"""Several writers share one status: the reconcile, the child events, the timers, whose copy of the object
+may be minutes old under load. A writer with a stale copy must not overturn what it did not change — at
+1,000 resources one did: a timer's conditions list, from before the rollout finished, replaced the whole
+list and left a ready resource at `Ready=False, RollingOut 0/1` until the next change (real API server)."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import pytest
+
+from speculator_operator.api.common import GROUP, VERSION
+from speculator_operator.controllers import kube
+
+from .conftest import Cluster, get
+
+pytestmark = pytest.mark.cluster
+PLURAL = "speculatordeployments"
+
+
+def cond(type_: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": reason, "message": message, "observedGeneration": 1,
+            "lastTransitionTime": "2026-12-01T06:00:00Z"}  # fmt: skip
+
+
+def test_a_stale_writer_does_not_overturn_a_condition_it_did_not_change(
+    cluster: Cluster, operator_crds: list[str], namespace: str
+) -> None:
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    kube.load_config()
+    objects = kube.client.CustomObjectsApi(kube.api())
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SpeculatorDeployment", "metadata": {"name": "shared"},
+            "spec": {"verifier": {"model": "s3://b/verifier"}, "speculator": {"source": "s3://b/draft"}}}  # fmt: skip
+    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    rolling = {"phase": "Deploying", "readyReplicas": 0,
+               "conditions": [cond("Ready", "False", "RollingOut", "0/1 replicas of revision r1 ready")]}  # fmt: skip
+    kube.write_status(PLURAL, namespace, "shared", {}, rolling)
+    # the child event's writer: the rollout finished
+    ready = {**rolling, "phase": "Ready", "readyReplicas": 1,
+             "conditions": [cond("Ready", "True", "Ready", "1/1 replicas of revision r1 ready")]}  # fmt: skip
+    kube.write_status(PLURAL, namespace, "shared", rolling, ready)
+    # a timer that read the object before that: it adds its own condition to its (stale) copy
+    stale = copy.deepcopy(rolling)
+    judged = {**stale, "conditions": [*stale["conditions"], cond("SpeculationEffective", "Unknown", "NoMetrics")]}
+    kube.write_status(PLURAL, namespace, "shared", stale, judged)
+
+    status = get(cluster, namespace, "sdep/shared")["status"]
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert by_type["Ready"]["status"] == "True", status  # the stale writer did not change it: it stands
+    assert by_type["SpeculationEffective"]["reason"] == "NoMetrics"  # what it did change landed
+    assert (status["phase"], status["readyReplicas"]) == ("Ready", 1)
+
+    # a writer that does change a condition still changes it, and one that drops a condition drops it
+    dropped = {**ready, "conditions": [cond("Ready", "False", "RollingOut", "0/1 replicas of revision r2 ready")]}
+    kube.write_status(PLURAL, namespace, "shared", {**ready, "conditions": [*ready["conditions"],
+                      cond("SpeculationEffective", "Unknown", "NoMetrics")]}, dropped)  # fmt: skip
+    status = get(cluster, namespace, "sdep/shared")["status"]
+    assert [(c["type"], c["status"]) for c in status["conditions"]] == [("Ready", "False")]
