@@ -20,13 +20,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import boto3
 import psutil
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.dynamic import DynamicClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -83,6 +85,61 @@ def wait_ready(apps: client.AppsV1Api, namespace: str, n: int, timeout: float) -
     raise TimeoutError(f"{namespace}: not all {n} ready within {timeout} s")
 
 
+class ReadyTimes(threading.Thread):
+    """When each object of a kind in the namespace first looked ready, by a watch of its own (the bench's
+    view, not the operator's)."""
+
+    def __init__(self, list_fn: Any, ready: Any, **kwargs: Any) -> None:
+        super().__init__(daemon=True)
+        self.list_fn, self.ready, self.kwargs = list_fn, ready, kwargs
+        self.first: dict[str, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                for event in watch.Watch().stream(self.list_fn, timeout_seconds=30, **self.kwargs):
+                    obj = event["object"]
+                    obj = obj if isinstance(obj, dict) else client.ApiClient().sanitize_for_serialization(obj)
+                    name = obj["metadata"]["name"]
+                    if name not in self.first and self.ready(obj):
+                        self.first[name] = time.monotonic()
+                    if self.stop.is_set():
+                        return
+            except Exception:  # a dropped watch is started again; the bench goes on
+                time.sleep(0.5)
+
+
+def deployment_ready(d: dict[str, Any]) -> bool:
+    want = (d.get("spec") or {}).get("replicas") or 0
+    return bool(want) and ((d.get("status") or {}).get("readyReplicas") or 0) >= want
+
+
+def resource_ready(r: dict[str, Any]) -> bool:
+    status = r.get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    return status.get("phase") == "Ready" and ready.get("status") == "True"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def kinds_of(total: collections.Counter[str]) -> dict[str, int]:
+    """Operator writes by what they are for."""
+    out = {
+        "children": sum(total[k] for k in ("deployments", "services", "poddisruptionbudgets")),
+        "status": total["speculatordeployments/status"],
+        "kopf bookkeeping (annotations, finalizers)": total["speculatordeployments"],
+        "events (not counted)": total["events"],
+    }
+    counted = {"deployments", "services", "poddisruptionbudgets", "speculatordeployments/status",
+               "speculatordeployments", "events"}  # fmt: skip
+    out["other"] = sum(v for k, v in total.items() if k not in counted)
+    return out
+
+
 def main() -> None:
     # a terminated benchmark still stops the processes it started (the finally blocks run)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -132,9 +189,15 @@ def main() -> None:
                                   env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
             proc = psutil.Process(op.pid)
             peak = 0
+            objects = client.CustomObjectsApi(api)
+            children_ready = ReadyTimes(apps.list_namespaced_deployment, deployment_ready, namespace="bench-operator")
+            resources_ready = ReadyTimes(objects.list_namespaced_custom_object, resource_ready,
+                                         group="speculators.dev", version="v1alpha1", namespace="bench-operator",
+                                         plural="speculatordeployments")  # fmt: skip
+            children_ready.start()
+            resources_ready.start()
             start = stamp()
             t0 = time.monotonic()
-            objects = client.CustomObjectsApi(api)
             for i in range(n):
                 objects.create_namespaced_custom_object("speculators.dev", "v1alpha1", "bench-operator",
                     "speculatordeployments", {"apiVersion": "speculators.dev/v1alpha1",
@@ -168,6 +231,11 @@ def main() -> None:
             total = writes(info.audit_log or Path(), start, ready_at)  # type: ignore[arg-type]
             op.terminate()
             op.wait(30)
+            children_ready.stop.set()
+            resources_ready.stop.set()
+            seen = resources_ready.first
+            lags = {name: seen[name] - t for name, t in children_ready.first.items() if name in seen}
+            late = sorted(((round(lag, 1), name) for name, lag in lags.items() if lag > 10), reverse=True)
             print(f"{n} SpeculatorDeployments (1 replica each) on {max(2, n // 4)} fake GPU nodes")
             print(
                 f"  operator: all Ready in {with_operator:.1f} s; bare client, same children: {bare:.1f} s; "
@@ -177,6 +245,14 @@ def main() -> None:
                 f"  API writes by the operator until Ready: {sum(total.values())} "
                 f"({sum(total.values()) / n:.1f} per resource): {dict(total)}"
             )
+            print("  by purpose, per resource: " + ", ".join(f"{k} {v / n:.2f}" for k, v in kinds_of(total).items()))
+            if lags:
+                values = list(lags.values())
+                print(
+                    f"  child Deployment ready -> resource Ready (both seen by the bench's watches), {len(values)} "
+                    f"resources: median {percentile(values, 0.5):.2f} s, p99 {percentile(values, 0.99):.2f} s, "
+                    f"max {max(values):.2f} s" + (f"; over 10 s: {late[:5]}" if late else "")
+                )
             print(f"  writes after Ready until quiet: {sum(after_ready.values())} {dict(after_ready)}")
             print(f"  writes during {args.idle:.0f} s idle (resync every 60 s): {sum(idle.values())} {dict(idle)}")
             print(f"  operator peak RSS: {peak / 2**20:.0f} MiB")

@@ -242,7 +242,6 @@ async def scrape_acceptance(
     namespace: str | None,
     uid: str,
     memo: kopf.Memo,
-    patch: kopf.Patch,
     **kwargs: Any,
 ) -> None:
     serving_pods: kopf.Index[Any, Any] = kwargs["serving_pods"]  # the index above, passed by kopf by its name
@@ -284,15 +283,17 @@ async def scrape_acceptance(
     tuned = plan_tuning(parsed, current.get("tuning"), acc, econ, time.time(), tuning.min_samples, hold)
     update = plan_update(current, acc, cond, tuned.state, refilling)
     events = update.events + tuned.events
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()  # kopf's settings and posting queue live in context variables
     if tuned.rollout:
         # the tuned state first (the render reads it from status), then the same path as any new revision
         new = {k: v for k, v in {**current, **update.status, "tuning": tuned.state}.items() if v is not None}
-        loop = asyncio.get_running_loop()
-        context = contextvars.copy_context()  # kopf's settings and posting queue live in context variables
         await loop.run_in_executor(None, context.run, _roll_out, body, spec, meta, current, new, name, namespace, uid)
-    else:
-        for key, value in update.status.items():
-            patch.status[key] = value  # kopf's patch is a merge patch
+    elif update.status:
+        # `current` is kopf's copy from when the timer fired, possibly stale: the shared status writer merges
+        # the conditions by type rather than replacing the list with this copy's
+        new = {k: v for k, v in {**current, **update.status}.items() if v is not None}
+        await loop.run_in_executor(None, context.run, deployment.write_status, namespace, name, current, new)
     for type_, reason, message in events:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
 

@@ -28,7 +28,6 @@ from speculator_operator.economics import (
     draft_forwards,
     speedup,
 )
-from speculator_operator.reconcile import merge_patch
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -383,7 +382,8 @@ def disabled_condition(generation: int, tuning: dict[str, Any] | None) -> Condit
 
 @dataclass
 class Update:
-    """What one judgement writes: status fields as a merge patch (empty: no write) and events."""
+    """What one judgement writes: the status fields it changes, with their new values (None removes one;
+    empty: no write; the writer sends only what differs), and events."""
 
     status: dict[str, Any] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
@@ -418,7 +418,7 @@ def plan_update(
         cond = Condition.model_validate(old)
     material = acc is not None and changed_materially(old_acc, acc)
     if acc is not None and material:
-        out.status["acceptance"] = merge_patch(old_acc, acc)
+        out.status["acceptance"] = acc
     moved = (old.get("status"), old.get("reason")) != (cond.status, cond.reason)
     if moved or (material and old.get("message") != cond.message):
         out.status["conditions"] = set_condition(conditions, cond)
@@ -428,5 +428,5 @@ def plan_update(
             out.events.append(("Normal", cond.reason, cond.message))
     old_tuning = current.get("tuning")
     if tuning != old_tuning:
-        out.status["tuning"] = None if tuning is None else merge_patch(old_tuning, tuning)
+        out.status["tuning"] = tuning
     return out
