@@ -184,8 +184,11 @@ def main() -> None:
             bare = (time.monotonic() - t0) + wait_ready(apps, "bench-bare", n, 900)
 
             env = {**os.environ, "KUBECONFIG": str(info.kubeconfig)}
-            log = open(root / "operator.log", "wb")  # noqa: SIM115
-            op = subprocess.Popen(["speculator-operator", "run", "--standalone", "--namespace", "bench-operator"],
+            # BENCH_OPERATOR_LOG=PATH keeps the operator's log (with every handler run) for a look afterwards
+            kept = os.environ.get("BENCH_OPERATOR_LOG")
+            log = open(kept or root / "operator.log", "wb")  # noqa: SIM115
+            verbose = ["--verbose"] if kept else []
+            op = subprocess.Popen(["speculator-operator", "run", *verbose, "--namespace", "bench-operator"],
                                   env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
             proc = psutil.Process(op.pid)
             peak = 0

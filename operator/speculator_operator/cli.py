@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the Lease's namespace (default: POD_NAMESPACE, the service account's, or default)",
     )
     rn.add_argument("--identity", default=None, help="this candidate's name in the Lease (default: POD_NAME_xxxxxx)")
+    rn.add_argument("--verbose", "-v", action="store_true", help="log every handler and timer run (kopf.objects)")
     rn.add_argument(
         "--skip-permission-check",
         action="store_true",
@@ -393,6 +394,7 @@ def _lease_namespace(args: argparse.Namespace) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import logging
     import threading
     import uuid
 
@@ -413,7 +415,10 @@ def _run(args: argparse.Namespace) -> int:
         "settings": settings,
     }
 
-    kopf.configure()  # kopf's own log format at INFO, for its lines and ours (the Lease's changes)
+    kopf.configure(log_prefix=True)  # kopf's log format at INFO, each object's lines prefixed with its name
+    if not args.verbose:
+        # a line per handler and timer run: at a thousand resources, the log would be mostly these
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     lease_namespace = _lease_namespace(args) if args.leader_elect else None
     if not args.skip_permission_check:
         kube.load_config()

@@ -31,8 +31,8 @@ class Candidate:
         self._log: IO[bytes] = self.log_path.open("wb")
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
         env.pop("SPECULATOR_METRICS_PORT", None)
-        argv = [str(OPERATOR), "run", "--leader-elect", "--namespace", namespace, "--lease-namespace", namespace,
-                "--identity", identity]  # fmt: skip
+        argv = [str(OPERATOR), "run", "--verbose", "--leader-elect", "--namespace", namespace, "--lease-namespace",
+                namespace, "--identity", identity]  # fmt: skip
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 
     def log(self) -> str:

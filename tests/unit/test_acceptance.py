@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from speculator_operator.economics import alpha_from_mean_length, break_even_alpha, expected_tokens, speedup
+from speculator_operator.reconcile import merge_patch
 from speculator_operator.reconcile.acceptance import (
     Economics,
     MetricsError,
@@ -16,7 +17,6 @@ from speculator_operator.reconcile.acceptance import (
     changed_materially,
     effective_condition,
     increment,
-    merge_patch,
     parse_sample,
 )
 

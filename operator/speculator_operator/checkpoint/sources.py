@@ -9,6 +9,7 @@ the revision is the digest of that listing; a hub repo is one model_info call at
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -320,12 +321,31 @@ class S3Source(_RangedSource):
             raise SourceError(f"{self.uri}/{name}: no such object (deleted after the listing)") from None
 
 
+_S3_KEYS = (
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+)
+
+
 def s3_client(credentials: Mapping[str, str] | None = None) -> Any:
-    """A boto3 S3 client from a Secret's AWS_* keys (or the process environment where a key is absent)."""
+    """A boto3 S3 client from a Secret's AWS_* keys (or the process environment where a key is absent). One
+    per set of credentials, kept: making a client costs more CPU than the ranged reads an audit makes, and
+    the operator audits with the same few Secrets over and over (a rotated Secret is a new key)."""
+    creds = credentials or {}
+    return _s3_client(tuple(creds.get(k) or None for k in _S3_KEYS))
+
+
+@functools.lru_cache(maxsize=64)
+def _s3_client(values: tuple[str | None, ...]) -> Any:
     import boto3
     from botocore.config import Config
 
-    creds = credentials or {}
+    creds = {k: v for k, v in zip(_S3_KEYS, values, strict=True) if v}
     return boto3.client(
         "s3",
         endpoint_url=creds.get("AWS_ENDPOINT_URL_S3") or creds.get("AWS_ENDPOINT_URL") or None,
@@ -333,7 +353,8 @@ def s3_client(credentials: Mapping[str, str] | None = None) -> Any:
         aws_secret_access_key=creds.get("AWS_SECRET_ACCESS_KEY") or None,
         aws_session_token=creds.get("AWS_SESSION_TOKEN") or None,
         region_name=creds.get("AWS_DEFAULT_REGION") or creds.get("AWS_REGION") or None,
-        config=Config(retries={"max_attempts": 3, "mode": "standard"}),
+        # as many connections as the operator's handler threads may read with at once
+        config=Config(retries={"max_attempts": 3, "mode": "standard"}, max_pool_connections=48),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 import os
 import time
@@ -32,6 +34,7 @@ from speculator_operator.controllers.kube import (
     api_message,
     apply_children,
     current_child,
+    in_child_lane,
     list_pods,
     read_child,
     secret_data,
@@ -52,6 +55,7 @@ from speculator_operator.reconcile.deployment import (
     retrain_due,
     retrain_job,
     retrain_status,
+    serving_status,
     train_job_output,
     verifier_change,
 )
@@ -246,12 +250,13 @@ def resolve_draft_revision(spec: SpeculatorDeploymentSpec, namespace: str) -> st
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=POLL_TICK_SECONDS)
-def poll_inputs(
+async def poll_inputs(
     *, body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, name: str, namespace: str | None,
     uid: str, memo: Any, **_: Any,
 ) -> None:  # fmt: skip
     """Every upgradePolicy.pollIntervalSeconds: resolve the verifier and the draft revisions again and act on
-    a change (onVerifierChange, onDraftChange)."""
+    a change (onVerifierChange, onDraftChange). The tick itself stays on the event loop: a thread only
+    when a poll is due."""
     parsed = parsed_spec(spec)
     if namespace is None or parsed is None:
         return
@@ -262,6 +267,22 @@ def poll_inputs(
     memo["inputs_polled"] = now
     if last is None:
         return  # the create/resume handler has just resolved them
+    context = contextvars.copy_context()
+    await asyncio.get_running_loop().run_in_executor(
+        None, context.run, _poll_inputs, body, spec, meta, status, name, namespace, uid, parsed
+    )
+
+
+def _poll_inputs(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    name: str,
+    namespace: str,
+    uid: str,
+    parsed: SpeculatorDeploymentSpec,
+) -> None:
     current = dict(status or {})
     generation = int(meta.get("generation") or 0)
     try:
@@ -355,7 +376,9 @@ def refresh_owner(namespace: str, owner: str, child: dict[str, Any] | None) -> N
     except ValidationError:
         return
     status = dict(parent.get("status") or {})
-    pods = deployment_pods(namespace, owner) if needs_pods(status) else None
+    pods = None
+    if needs_pods(status) and not serving_status(parsed, status.get("revision"), child)["ready"]:
+        pods = deployment_pods(namespace, owner)  # a stuck pod's own words: only while it is not rolled out
     generation = int(parent["metadata"]["generation"])
     write_status(namespace, owner, status, refresh_serving(parsed, status, child, generation, pods))
 
@@ -408,37 +431,50 @@ def _drift(body: kopf.Body, type: str | None) -> tuple[dict[str, Any] | None, st
     return now, f"{kind} {name} was changed by {who}"
 
 
-@kopf.on.event("apps", "v1", "deployments", labels=_children)  # type: ignore[arg-type]
-def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
-    """A child Deployment moved: refresh the owner's replica counts and readiness; deleted or changed by
-    hand: restore it."""
-    owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
-    if not owner or not type or namespace is None:
-        return
+def _child_changed(body: kopf.Body, namespace: str, owner: str, type: str) -> None:
     drift = _drift(body, type)
     if drift and restore(namespace, owner, *drift):
         return
     refresh_owner(namespace, owner, None if type == "DELETED" else dict(body))
 
 
-@kopf.on.event("", "v1", "services", labels=_children)  # type: ignore[arg-type]
-@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=_children)  # type: ignore[arg-type]
-def other_child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
-    """A child Service or PodDisruptionBudget deleted or changed by hand: restore it."""
+@kopf.on.event("apps", "v1", "deployments", labels=_children)  # type: ignore[arg-type]
+async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
+    """A child Deployment moved: refresh the owner's replica counts and readiness; deleted or changed by
+    hand: restore it. In the child-event pool, not behind the audits in kopf's."""
     owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
-    drift = _drift(body, type) if owner and namespace is not None else None
-    if owner and namespace is not None and drift:
+    if not owner or not type or namespace is None:
+        return
+    await in_child_lane(_child_changed, body, namespace, owner, type)
+
+
+def _other_child_changed(body: kopf.Body, namespace: str, owner: str, type: str) -> None:
+    drift = _drift(body, type)
+    if drift:
         restore(namespace, owner, *drift)
 
 
+@kopf.on.event("", "v1", "services", labels=_children)  # type: ignore[arg-type]
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=_children)  # type: ignore[arg-type]
+async def other_child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
+    """A child Service or PodDisruptionBudget deleted or changed by hand: restore it."""
+    owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
+    if owner and namespace is not None and (type == "DELETED" or edited_by(body, FIELD_MANAGER)):
+        await in_child_lane(_other_child_changed, body, namespace, owner, type)
+
+
+def _pod_changed(namespace: str, owner: str) -> None:
+    refresh_owner(namespace, owner, current_child(namespace, owner))
+
+
 @kopf.on.event("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]
-def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
+async def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
     """A serving pod got stuck (an image the node cannot get, a crash loop, no node for it): its owner says
     so. Other pod events change nothing the Deployment's own status does not already say."""
     owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
     if not owner or namespace is None or type == "DELETED" or pod_problem(dict(body)) is None:
         return
-    refresh_owner(namespace, owner, current_child(namespace, owner))
+    await in_child_lane(_pod_changed, namespace, owner)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=60, idle=30)

@@ -3,11 +3,15 @@ children (written only when their rendered form changed), and status patches of 
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextvars
 import functools
 import hashlib
 import json
 import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 from kubernetes import client
@@ -32,10 +36,27 @@ def load_config() -> None:
         kube_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
 
 
+# Child events (a Deployment ready, a stage Job done) move their owner's status with a read and a patch. In
+# kopf's shared pool they would queue behind the audits a burst of new resources brings (hundreds of ms
+# each): their own small pool keeps the time from a child ready to its owner saying so short under load.
+CHILD_WORKERS = int(os.environ.get("SPECULATOR_CHILD_WORKERS", "8"))
+CHILD_LANE = ThreadPoolExecutor(max_workers=CHILD_WORKERS, thread_name_prefix="child-events")
+
+
+async def in_child_lane(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run `fn(*args)` in the child-event pool, with kopf's context (its event poster, its settings)."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(CHILD_LANE, context.run, fn, *args)
+
+
 @functools.cache
 def api() -> client.ApiClient:
-    """One client (one connection pool) for the process, made after the startup handler loaded the config."""
-    return client.ApiClient()
+    """One client (one connection pool) for the process, made after the startup handler loaded the config,
+    with a connection for each thread that may call at once (urllib3's default of 10 would close and
+    reopen TLS connections all through a burst)."""
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = int(os.environ.get("SPECULATOR_WORKERS", "32")) + CHILD_WORKERS + 8
+    return client.ApiClient(configuration)
 
 
 class CredentialsError(Exception):

@@ -27,6 +27,7 @@ from speculator_operator.controllers.kube import (
     api,
     api_message,
     apply_children,
+    in_child_lane,
     secret_data,
 )
 from speculator_operator.controllers.retention import prune_outputs
@@ -256,21 +257,22 @@ def reconcile(*, body: kopf.Body, **_: Any) -> None:
         raise kopf.TemporaryError("waiting for the verifier; see status.conditions", delay=RETRY_SECONDS)
 
 
-def _owner_event(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
-    """A stage Job finished or a server became available (or one went away): the owner moves on.
-    Other child events (pods starting, counters) change nothing the stage machine decides on."""
+async def _owner_event(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
+    """A stage Job finished or a server became available (or one went away): the owner moves on, in the
+    child-event pool (not behind the audits in kopf's). Other child events (pods starting, counters)
+    change nothing the stage machine decides on."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL)
     if not owner or not namespace:
         return
     if wakes_owner(type, dict(body)):
-        reconcile_object({"metadata": {"name": owner, "namespace": namespace}})
+        await in_child_lane(reconcile_object, {"metadata": {"name": owner, "namespace": namespace}})
 
 
-def _pod_event(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
+async def _pod_event(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
     """A stage pod got stuck (an image the node cannot get, a crash loop): the run says so."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL)
     if owner and namespace and type != "DELETED" and pod_problem(dict(body)) is not None:
-        reconcile_object({"metadata": {"name": owner, "namespace": namespace}})
+        await in_child_lane(reconcile_object, {"metadata": {"name": owner, "namespace": namespace}})
 
 
 _children = {"labels": {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL: kopf.PRESENT}}
