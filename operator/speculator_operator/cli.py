@@ -401,7 +401,7 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
 
     import speculator_operator.controllers  # noqa: F401  (registers the handlers)
-    from speculator_operator.controllers import kube, leader, permissions
+    from speculator_operator.controllers import kube, leader, metrics, permissions
 
     settings = kopf.OperatorSettings()
     # named namespaces: no cluster-wide scanning (kopf would list namespaces and watch CRDs, which a
@@ -431,6 +431,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
 
     kube.load_config()
+    metrics.serve()  # a standby answers its scrape too (speculator_operator_leader 0)
+    metrics.LEADER.set(0)
     identity = args.identity or f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:6]}"
     elector = leader.Elector(kube.api(), lease_namespace, args.lease_name, identity)
     stop = threading.Event()

@@ -8,9 +8,8 @@ import os
 from typing import Any
 
 import kopf
-import prometheus_client
 
-from speculator_operator.controllers import deployment, kube, telemetry, trainjob  # noqa: F401  (registers the handlers)
+from speculator_operator.controllers import deployment, kube, metrics, telemetry, trainjob  # noqa: F401  (registers the handlers)
 
 
 @kopf.on.login()
@@ -30,12 +29,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 270
     # handlers wait on the API server and S3, not on the CPU: more threads than the default cpus + 4
     settings.execution.max_workers = int(os.environ.get("SPECULATOR_WORKERS", "32"))
-    port = os.environ.get("SPECULATOR_METRICS_PORT")
-    if port:
-        # the operator's own /metrics: acceptance per deployment, scrape outcomes (telemetry.py)
-        address = os.environ.get("SPECULATOR_METRICS_ADDRESS")
-        if address:
-            prometheus_client.start_http_server(int(port), addr=address)
-        else:
-            prometheus_client.start_http_server(int(port))  # every address: in a pod, its own
+    # the operator's own /metrics: acceptance per deployment, scrape outcomes (telemetry.py), its work
+    metrics.serve()
+    metrics.LEADER.set(1)
     kube.load_config()

@@ -4,6 +4,8 @@ rule, train-job stage durations by stage and outcome."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,7 +13,8 @@ from datetime import datetime
 from typing import Any
 
 import kopf
-from prometheus_client import Counter, Histogram
+import prometheus_client
+from prometheus_client import Counter, Gauge, Histogram
 
 from speculator_operator.checkpoint import AuditReport
 
@@ -30,6 +33,28 @@ STAGE_SECONDS = Histogram(
     ("stage", "outcome"),
     buckets=(5, 15, 30, 60, 120, 300, 600, 1800, 3600, 3 * 3600, 12 * 3600, 48 * 3600),
 )
+
+
+LEADER = Gauge("speculator_operator_leader", "1 while this replica runs the controllers, 0 while it stands by")
+_serving = threading.Lock()
+_served = False
+
+
+def serve() -> None:
+    """Serve /metrics on SPECULATOR_METRICS_PORT (on SPECULATOR_METRICS_ADDRESS, or every address: in a pod,
+    its own), once per process: a standby serves it too, so that every replica behind the metrics Service
+    answers its scrape."""
+    global _served
+    port = os.environ.get("SPECULATOR_METRICS_PORT")
+    with _serving:
+        if _served or not port:
+            return
+        address = os.environ.get("SPECULATOR_METRICS_ADDRESS")
+        if address:
+            prometheus_client.start_http_server(int(port), addr=address)
+        else:
+            prometheus_client.start_http_server(int(port))
+        _served = True
 
 
 @contextmanager
