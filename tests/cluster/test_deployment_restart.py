@@ -23,11 +23,13 @@ OPERATOR_AGENTS = ("kopf/", "OpenAPI-Generator/")  # kopf's own client and the k
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 
 
-def operator_writes(audit_log: Path, since: str) -> list[str]:
+def operator_writes(audit_log: Path, since: str, namespace: str | None = None) -> list[str]:
     out = []
     for line in audit_log.read_text().splitlines():
         event = json.loads(line)
         if event.get("stage") != "ResponseComplete" or event["requestReceivedTimestamp"] < since:
+            continue
+        if namespace is not None and event.get("objectRef", {}).get("namespace") != namespace:
             continue
         if event["verb"] in WRITES and event.get("userAgent", "").startswith(OPERATOR_AGENTS):
             ref = event.get("objectRef", {})
