@@ -5,7 +5,7 @@
   (audits, status, events) over the minimum;
 - API writes per resource by the operator (counted in the API server's audit log);
 - writes during an idle period longer than the operator's resync (target 0);
-- the operator's peak RSS.
+- the operator's peak RSS (and, with BENCH_PROFILE=1, a separate run's allocations by package).
 
 Run: hack/bench deployments   (N with BENCH_N, default 200)
 """
@@ -184,6 +184,11 @@ def main() -> None:
             bare = (time.monotonic() - t0) + wait_ready(apps, "bench-bare", n, 900)
 
             env = {**os.environ, "KUBECONFIG": str(info.kubeconfig)}
+            # BENCH_PROFILE=1: the operator traces its allocations (slower: its figures are not the run's), and
+            # the bench prints where the memory is once all are Ready
+            profile = root / "profile.txt" if os.environ.get("BENCH_PROFILE") else None
+            if profile is not None:
+                env["SPECULATOR_PROFILE"] = str(profile)
             # BENCH_OPERATOR_LOG=PATH keeps the operator's log (with every handler run) for a look afterwards
             kept = os.environ.get("BENCH_OPERATOR_LOG")
             log = open(kept or root / "operator.log", "wb")  # noqa: SIM115
@@ -216,6 +221,11 @@ def main() -> None:
                 time.sleep(0.5)
             with_operator = time.monotonic() - t0
             ready_at = stamp()
+            if profile is not None:
+                op.send_signal(signal.SIGUSR1)
+                while not profile.exists():
+                    time.sleep(0.5)
+                print(f"operator memory at all Ready (tracemalloc, by package):\n{profile.read_text()}")
             # the handlers' last bookkeeping (kopf's annotations) may trail Ready: let the operator go quiet
             quiet_since = time.monotonic()
             seen = sum(writes(info.audit_log or Path(), start).values())  # type: ignore[arg-type]

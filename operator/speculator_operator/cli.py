@@ -398,6 +398,10 @@ def _run(args: argparse.Namespace) -> int:
     import threading
     import uuid
 
+    from speculator_operator import profiling
+
+    profiling.install()  # SPECULATOR_PROFILE: trace allocations from here on, imports included (a profile run)
+
     import kopf
 
     import speculator_operator.controllers  # noqa: F401  (registers the handlers)

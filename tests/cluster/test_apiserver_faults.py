@@ -1,7 +1,9 @@
 """API server faults on the real control plane: the API server is stopped while a rollout is in flight,
 etcd's history is compacted meanwhile, and the API server starts again in place. The operator's watches
 resume from a resource version that no longer exists (410 Gone, seen in kopf's own log line), and the
-resource still reaches the state it would have reached without the fault, with no child made twice."""
+resource still reaches the state it would have reached without the fault, with no child made twice. And
+a train job between stages across a plain restart (no compaction: the watches resume where they were): every
+stage once, the run succeeds, and the outage is told in warning lines, not tracebacks."""
 
 from __future__ import annotations
 
@@ -9,12 +11,15 @@ import json
 import logging
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from kopf.testing import KopfRunner
 
-from .conftest import Cluster, eventually, get, sdep
+from .conftest import Cluster, eventually, get, sdep, stj
+from .test_deployment_restart import operator_writes
+from .test_trainjob_controller import REPORT, jobs
 
 pytestmark = pytest.mark.cluster
 WATCH_RESTARTED = "Restarting the watch-stream"  # kopf's line when a watch gets 410 Gone
@@ -31,16 +36,22 @@ class Lines(logging.Handler):
 
 @pytest.fixture
 def kopf_log() -> Iterator[Lines]:
-    """Everything kopf logs, its watcher's debug lines included."""
+    """Everything kopf logs, its watcher's debug lines included, and the operator's own lines."""
     lines = Lines()
     watcher = logging.getLogger("kopf._cogs.clients.watching")
     old_level = watcher.level
     watcher.setLevel(logging.DEBUG)
-    root = logging.getLogger("kopf")
-    root.addHandler(lines)
+    roots = [logging.getLogger("kopf"), logging.getLogger("speculator_operator")]
+    for root in roots:
+        root.addHandler(lines)
     yield lines
-    root.removeHandler(lines)
+    for root in roots:
+        root.removeHandler(lines)
     watcher.setLevel(old_level)
+
+
+def tracebacks(lines: Lines) -> list[logging.LogRecord]:
+    return [r for r in lines.records if r.exc_info and r.levelno >= logging.ERROR]
 
 
 def names(cluster: Cluster, namespace: str, kinds: str) -> list[str]:
@@ -90,9 +101,53 @@ def test_an_api_server_restart_over_compacted_history_loses_no_transition(
         assert {e["message"] for e in events} <= {f"applying revision {r}" for r in (before, st["revision"])}
     restarted = [r.getMessage() for r in kopf_log.records if WATCH_RESTARTED in r.getMessage()]
     assert restarted, "no watch saw 410 Gone: the compaction did not reach the operator's resource versions"
-    tracebacks = [r for r in kopf_log.records if r.exc_info and r.levelno >= logging.ERROR]
-    print(
-        f"watch streams restarted after 410 Gone: {len(restarted)}; error records with a traceback: {len(tracebacks)}"
-    )
-    for r in tracebacks[:5]:
+    errors = tracebacks(kopf_log)
+    print(f"watch streams restarted after 410 Gone: {len(restarted)}; error records with a traceback: {len(errors)}")
+    for r in errors[:5]:
         print(" ", r.name, r.getMessage()[:200])
+    assert errors == [], [f"{r.name}: {r.getMessage()[:200]}" for r in errors]
+
+
+def test_an_api_server_restart_between_train_job_stages_loses_no_stage(
+    cluster: Cluster,
+    operator_crds: list[str],
+    store: dict[str, str],
+    namespace: str,
+    creds: str,
+    workspace: Any,
+    kopf_log: Lines,
+) -> None:
+    if cluster.harness is None or cluster.local is None or cluster.local.audit_log is None:
+        pytest.skip("needs the local control plane to restart its API server, and its audit log")
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    workspace("faults-workspace")
+    slow = {"annotations": {"speculators.dev/simulate-message": json.dumps(REPORT),
+                            "speculators.dev/simulate-delay": "3s"}}  # fmt: skip
+    manifest = stj("faults", store, creds, data={"sources": [store["data"]], "format": "pretokenized"},
+                   stages={"cpu": slow, "trainer": slow})  # fmt: skip
+    args = ["run", "--standalone", "--namespace", namespace, "-m", "speculator_operator.controllers"]
+    start = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    order = ["fetch", "prepare", "extract", "train", "audit", "publish"]
+    with KopfRunner(args, timeout=120) as runner:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=manifest)
+        # the run between stages: prepare's Job made, and it finishes while the API server is away
+        eventually(lambda: _has(jobs(cluster, namespace, "faults"), "prepare"), timeout=120, interval=0.2)
+        assert cluster.harness.restart_apiserver(down_seconds=5, compact=False) is None
+        cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "stj/faults", "--timeout=240s")
+    assert runner.exception is None, runner.exception
+    st = get(cluster, namespace, "stj/faults")["status"]
+    assert [s["phase"] for s in st["stages"]] == ["Succeeded"] * len(order)
+    writes = operator_writes(cluster.local.audit_log, start)
+    job_writes = sorted(w for w in writes if w.split()[1].startswith("jobs/"))
+    assert job_writes == sorted(f"patch jobs//faults-{s}" for s in order), job_writes  # each stage's Job once
+    said = [r.getMessage() for r in kopf_log.records if r.levelno >= logging.WARNING]
+    errors = tracebacks(kopf_log)
+    print(f"warning lines during the outage: {len(said)}; error records with a traceback: {len(errors)}")
+    for line in said[:10]:
+        print(" ", line[:200])
+    assert errors == [], [f"{r.name}: {r.getMessage()[:200]}" for r in errors]
+    assert any("will retry" in line for line in said), said  # kopf's line for each watch it reconnects
+
+
+def _has(found: dict[str, Any], stage: str) -> None:
+    assert stage in found, sorted(found)

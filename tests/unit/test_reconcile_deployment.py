@@ -17,6 +17,7 @@ from speculator_operator.reconcile.deployment import (
     draft_change,
     holds_for_retrain,
     plan,
+    refresh_serving,
     retrain_due,
     retrain_job,
     retrain_name,
@@ -118,6 +119,19 @@ def test_serving_status_counts_only_the_current_revision() -> None:
     assert serving_status(SPEC, "new", child("new", 1))["ready"] is False
     assert serving_status(SPEC, "new", child("new", 2))["ready"] is True
     assert serving_status(SPEC, "new", None)["reason"] == "NotDeployed"
+
+
+def test_pods_created_but_not_ready_are_not_a_status_write() -> None:
+    """updatedReplicas alone moving leaves the status as it is (the next readiness change carries it)."""
+    rolling = refresh_serving(SPEC, {"phase": "Deploying", "revision": "new"}, child("new", 0), 1)
+    created = child("new", 0)
+    created["status"]["updatedReplicas"] = 2
+    assert refresh_serving(SPEC, rolling, created, 1) is rolling
+    one_ready = child("new", 1)
+    one_ready["status"]["updatedReplicas"] = 2
+    moved = refresh_serving(SPEC, rolling, one_ready, 1)
+    assert (moved["readyReplicas"], moved["updatedReplicas"]) == (1, 2)
+    assert refresh_serving(SPEC, moved, child("new", 2), 1)["phase"] == "Ready"
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
 import os
 import time
@@ -25,7 +23,7 @@ from speculator_operator.checkpoint import (
     open_source,
     read_verifier,
 )
-from speculator_operator.controllers import kube, metrics
+from speculator_operator.controllers import kube, metrics, periodic
 from speculator_operator.controllers.kube import (
     FIELD_MANAGER,
     RETRY_SECONDS,
@@ -36,6 +34,7 @@ from speculator_operator.controllers.kube import (
     current_child,
     in_child_lane,
     list_pods,
+    namespace_terminating,
     read_child,
     secret_data,
 )
@@ -193,6 +192,9 @@ def reconcile_status(
                 log.info("%s/%s: %s; restored", namespace, name, restoring)
                 kopf.event(body, type="Normal", reason="ChildRestored", message=f"{restoring}; restored"[:1024])
         except ApiException as exc:
+            if namespace_terminating(exc):
+                log.info("%s/%s: not applied, the namespace is being deleted", namespace, name)
+                return p
             message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
             failed_apply = apply_failed(p.status, int(meta.get("generation") or 0), message)
             write_status(namespace, name, p.status, failed_apply)
@@ -202,19 +204,16 @@ def reconcile_status(
     return p
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def reconcile(
-    *, body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, name: str, namespace: str | None,
-    uid: str, **_: Any,
-) -> None:  # fmt: skip
+@periodic.reconciler(PLURAL)
+def reconcile(body: kopf.Body) -> None:
+    """Each generation once (and each object when the operator starts), retried while inputs are missing."""
+    meta, namespace, name = body.meta, body.get("metadata", {}).get("namespace"), body.get("metadata", {}).get("name")
     assert namespace is not None  # the CRD is namespaced
-    current = dict(status or {})
+    current = dict(body.status or {})
     if holds_for_retrain(current, int(meta.get("generation") or 0)):
         return
     with metrics.reconciling("SpeculatorDeployment"):
-        p = reconcile_status(body, spec, meta, status, name, namespace, uid)
+        p = reconcile_status(body, body.spec, meta, body.status, name, namespace, meta["uid"])
         if p.status.get("phase") == "Pending":
             # an input could not be read: try again later (the status above says which and why)
             raise kopf.TemporaryError("waiting for inputs; see status.conditions", delay=RETRY_SECONDS)
@@ -249,28 +248,37 @@ def resolve_draft_revision(spec: SpeculatorDeploymentSpec, namespace: str) -> st
         raise CheckpointError(str(exc)) from None
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=POLL_TICK_SECONDS)
-async def poll_inputs(
-    *, body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, name: str, namespace: str | None,
-    uid: str, memo: Any, **_: Any,
-) -> None:  # fmt: skip
+_polled: dict[str, float] = {}  # uid -> when its inputs were last resolved (monotonic)
+
+
+@periodic.every(PLURAL, interval=POLL_TICK_SECONDS)
+async def poll_inputs(body: kopf.Body) -> None:
     """Every upgradePolicy.pollIntervalSeconds: resolve the verifier and the draft revisions again and act on
     a change (onVerifierChange, onDraftChange). The tick itself stays on the event loop: a thread only
     when a poll is due."""
-    parsed = parsed_spec(spec)
+    parsed = parsed_spec(body.spec)
+    meta = body.get("metadata", {})
+    namespace, uid = meta.get("namespace"), meta["uid"]
     if namespace is None or parsed is None:
         return
     now = time.monotonic()
-    last = memo.get("inputs_polled")
+    last = _polled.get(uid)
     if last is not None and now - last < parsed.upgrade_policy.poll_interval_seconds:
         return
-    memo["inputs_polled"] = now
+    _polled[uid] = now
     if last is None:
-        return  # the create/resume handler has just resolved them
-    context = contextvars.copy_context()
-    await asyncio.get_running_loop().run_in_executor(
-        None, context.run, _poll_inputs, body, spec, meta, status, name, namespace, uid, parsed
-    )
+        return  # the first reconcile has just resolved them
+    await periodic.in_lane(_poll_inputs, body, body.spec, body.meta, body.status, meta["name"], namespace, uid, parsed)
+
+
+@periodic.on_gone(PLURAL)
+def _forget(namespace: str, name: str, uid: str) -> None:
+    _polled.pop(uid, None)
+
+
+@kopf.on.startup()
+def _fresh(**_: Any) -> None:
+    _polled.clear()
 
 
 def _poll_inputs(
@@ -477,17 +485,20 @@ async def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **_:
     await in_child_lane(_pod_changed, namespace, owner)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=60, idle=30)
-def resync(
-    *, spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, name: str, namespace: str | None, **_: Any
-) -> None:
+@periodic.every(PLURAL, interval=60, idle=30)
+async def resync(body: kopf.Body) -> None:
     """A missed child event must not leave the status stale: compare with the child now and then.
     Writes only when something differs."""
-    parsed = parsed_spec(spec)
+    await periodic.in_lane(_resync, body)
+
+
+def _resync(body: kopf.Body) -> None:
+    parsed = parsed_spec(body.spec)
+    namespace, name = body.get("metadata", {}).get("namespace"), body.get("metadata", {}).get("name")
     if namespace is None or parsed is None:
         return
-    current = dict(status or {})
+    current = dict(body.status or {})
     pods = deployment_pods(namespace, name) if needs_pods(current) else None
-    generation = int(meta.get("generation") or 0)
+    generation = int(body.meta.get("generation") or 0)
     write_status(namespace, name, current, refresh_serving(parsed, current, current_child(namespace, name),
                                                            generation, pods))  # fmt: skip

@@ -9,11 +9,13 @@ import contextvars
 import functools
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
+import urllib3
 from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
@@ -25,6 +27,7 @@ from speculator_operator.reconcile import merge_patch
 FIELD_MANAGER = "speculator-operator"
 APPLIED = "speculators.dev/applied-hash"
 RETRY_SECONDS = 30
+log = logging.getLogger(__name__)
 
 
 def load_config() -> None:
@@ -41,12 +44,40 @@ def load_config() -> None:
 # each): their own small pool keeps the time from a child ready to its owner saying so short under load.
 CHILD_WORKERS = int(os.environ.get("SPECULATOR_CHILD_WORKERS", "8"))
 CHILD_LANE = ThreadPoolExecutor(max_workers=CHILD_WORKERS, thread_name_prefix="child-events")
+# periodic work (resyncs, input polls, retries: controllers/periodic.py) has a pool of its own too
+PERIODIC_WORKERS = int(os.environ.get("SPECULATOR_PERIODIC_WORKERS", "4"))
+
+
+def unreachable(exc: BaseException) -> str | None:
+    """One line for a failure of the API server itself (no connection, a 5xx, a 429), else None: while it
+    restarts, every reader fails at once, and a traceback from each would bury what happened."""
+    if isinstance(exc, ApiException):
+        if exc.status is not None and (exc.status >= 500 or exc.status == 429):
+            return f"{exc.status} {exc.reason}"
+        return None
+    if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
+        reason = getattr(exc, "reason", None)  # MaxRetryError: the last attempt's error
+        return f"{type(exc).__name__}: {reason or exc}"[:300]
+    return None
+
+
+def _reporting(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:
+        why = unreachable(exc)
+        if why is None:
+            raise
+        # the watch replays what was missed when it reconnects, and the resync catches up after that
+        log.warning("%s: the API server did not answer (%s)", getattr(fn, "__name__", "handler"), why)
+        return None
 
 
 async def in_child_lane(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run `fn(*args)` in the child-event pool, with kopf's context (its event poster, its settings)."""
+    """Run `fn(*args)` in the child-event pool, with kopf's context (its event poster, its settings); an API
+    server that does not answer is one warning line, not a traceback."""
     context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(CHILD_LANE, context.run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(CHILD_LANE, context.run, _reporting, fn, *args)
 
 
 @functools.cache
@@ -55,7 +86,9 @@ def api() -> client.ApiClient:
     with a connection for each thread that may call at once (urllib3's default of 10 would close and
     reopen TLS connections all through a burst)."""
     configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = int(os.environ.get("SPECULATOR_WORKERS", "32")) + CHILD_WORKERS + 8
+    configuration.connection_pool_maxsize = (
+        int(os.environ.get("SPECULATOR_WORKERS", "32")) + CHILD_WORKERS + PERIODIC_WORKERS + 8
+    )
     return client.ApiClient(configuration)
 
 
@@ -202,3 +235,16 @@ def api_message(exc: ApiException) -> str:
         return str(json.loads(exc.body or "{}").get("message", ""))[:500]
     except ValueError:
         return str(exc.body)[:500]
+
+
+def namespace_terminating(exc: ApiException) -> bool:
+    """A create refused because the namespace is being deleted (403, cause NamespaceTerminating): the owner
+    goes with it, so there is nothing to retry and nothing to report. The operator may not read namespaces
+    (a namespaced install), so the refusal itself is the signal."""
+    if exc.status != 403:
+        return False
+    try:
+        causes = (json.loads(exc.body or "{}").get("details") or {}).get("causes") or []
+    except ValueError:
+        return False
+    return any(c.get("reason") == "NamespaceTerminating" for c in causes if isinstance(c, dict))

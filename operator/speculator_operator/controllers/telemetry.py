@@ -1,10 +1,10 @@
 """Live acceptance: scrape vLLM's /metrics of every ready serving pod, the way Prometheus does in-cluster,
 and write `status.acceptance` and the `SpeculationEffective` condition (decisions: reconcile/acceptance.py).
 
-It runs beside the reconciles, never in their way: an async timer per SpeculatorDeployment on kopf's event
-loop (not in the thread pool the reconciles use), targets from an in-memory index of the serving pods
-(no API read per scrape), at most SCRAPE_CONCURRENCY requests in flight, each bounded in time and bytes.
-A status write happens only when the numbers change materially, and at most once per interval.
+It runs beside the reconciles, never in their way: a periodic job per SpeculatorDeployment on the operator's
+loop (controllers/periodic.py; not in the thread pool the reconciles use), targets from an in-memory index of
+the serving pods (no API read per scrape), at most SCRAPE_CONCURRENCY requests in flight, each bounded in
+time and bytes. A status write happens only when the numbers change materially, and at most once per interval.
 
 Settings (environment): SPECULATOR_SCRAPE_INTERVAL_SECONDS (15), SPECULATOR_SCRAPE_TIMEOUT_SECONDS (3),
 SPECULATOR_SCRAPE_CONCURRENCY (16), SPECULATOR_SCRAPE_MAX_BYTES (2 MiB), SPECULATOR_SCRAPE_NETWORKS
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import ipaddress
 import os
 import time
@@ -27,8 +26,7 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
 
-from speculator_operator.api.common import GROUP, VERSION
-from speculator_operator.controllers import deployment
+from speculator_operator.controllers import deployment, periodic
 from speculator_operator.reconcile.acceptance import (
     Economics,
     MetricsError,
@@ -220,31 +218,30 @@ def forget(namespace: str, name: str) -> None:
             PER_POSITION.remove(namespace, name, position)
 
 
-def _deleted(type: str, **_: Any) -> bool:
-    return type == "DELETED"
+_windows: dict[str, tuple[Window, float]] = {}  # uid -> its acceptance window and when that window began
+_pods: kopf.Index[Any, Any] | None = None
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL, when=_deleted)
-def deployment_gone(*, namespace: str | None, name: str | None, **_: Any) -> None:
+@kopf.on.startup()
+def keep_index(**kwargs: Any) -> None:
+    """The serving-pod index (kopf keeps it live from the pod watch, and passes it by its name) for the
+    scrape job."""
+    global _pods
+    _pods = kwargs["serving_pods"]
+    _windows.clear()  # a restart starts every window afresh (the judgement on record stands meanwhile)
+
+
+@periodic.on_gone(PLURAL)
+def deployment_gone(namespace: str, name: str, uid: str) -> None:
     """A deleted SpeculatorDeployment's series leave the operator's /metrics (no finalizer needed)."""
-    if namespace and name:
-        forget(namespace, name)
+    forget(namespace, name)
+    _windows.pop(uid, None)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=SCRAPE_INTERVAL, initial_delay=SCRAPE_INTERVAL / 2)
-async def scrape_acceptance(
-    *,
-    body: kopf.Body,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    meta: kopf.Meta,
-    name: str,
-    namespace: str | None,
-    uid: str,
-    memo: kopf.Memo,
-    **kwargs: Any,
-) -> None:
-    serving_pods: kopf.Index[Any, Any] = kwargs["serving_pods"]  # the index above, passed by kopf by its name
+@periodic.every(PLURAL, interval=SCRAPE_INTERVAL, initial=SCRAPE_INTERVAL / 2)
+async def scrape_acceptance(body: kopf.Body) -> None:
+    spec, status, meta = body.spec, body.status, body.meta
+    name, namespace, uid = meta["name"], meta.get("namespace"), meta["uid"]
     current = dict(status or {})
     econ = _economics(current)
     revision = current.get("revision")
@@ -258,12 +255,15 @@ async def scrape_acceptance(
     if econ.k == 0:  # tuning switched speculation off: nothing to scrape until a probe revision runs
         cond = disabled_condition(generation, current.get("tuning"))
     else:
-        window: Window | None = memo.get("acceptance")
+        window, since = _windows.get(uid) or (None, 0.0)
         if window is None or window.seconds != tuning.window_seconds:
-            window = memo["acceptance"] = Window(tuning.window_seconds)
-            memo["acceptance_since"] = time.monotonic()
-        refilling = time.monotonic() - float(memo.get("acceptance_since") or 0.0) < tuning.window_seconds
-        targets = [t for t in serving_pods.get((namespace, name), []) if t and t.get("ready")]
+            window, since = Window(tuning.window_seconds), time.monotonic()
+            _windows[uid] = (window, since)
+        refilling = time.monotonic() - since < tuning.window_seconds
+        found: Any = _pods.get((namespace, name), []) if _pods is not None else []
+        targets = [t for t in found if t and t.get("ready")]
+        if not targets and not current.get("acceptance"):
+            return  # no pod has been ready to measure yet: nothing to say (a status write saved per rollout)
         window.keep_only({str(t["pod"]) for t in targets})
         now = time.monotonic()
         await asyncio.gather(*(_scrape_one(window, t, now) for t in targets))
@@ -283,17 +283,15 @@ async def scrape_acceptance(
     tuned = plan_tuning(parsed, current.get("tuning"), acc, econ, time.time(), tuning.min_samples, hold)
     update = plan_update(current, acc, cond, tuned.state, refilling)
     events = update.events + tuned.events
-    loop = asyncio.get_running_loop()
-    context = contextvars.copy_context()  # kopf's settings and posting queue live in context variables
     if tuned.rollout:
         # the tuned state first (the render reads it from status), then the same path as any new revision
         new = {k: v for k, v in {**current, **update.status, "tuning": tuned.state}.items() if v is not None}
-        await loop.run_in_executor(None, context.run, _roll_out, body, spec, meta, current, new, name, namespace, uid)
+        await periodic.in_lane(_roll_out, body, spec, meta, current, new, name, namespace, uid)
     elif update.status:
         # `current` is kopf's copy from when the timer fired, possibly stale: the shared status writer merges
         # the conditions by type rather than replacing the list with this copy's
         new = {k: v for k, v in {**current, **update.status}.items() if v is not None}
-        await loop.run_in_executor(None, context.run, deployment.write_status, namespace, name, current, new)
+        await periodic.in_lane(deployment.write_status, namespace, name, current, new)
     for type_, reason, message in events:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
 

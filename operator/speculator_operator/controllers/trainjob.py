@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint import CheckpointError, read_verifier
-from speculator_operator.controllers import kube, metrics
+from speculator_operator.controllers import kube, metrics, periodic
 from speculator_operator.controllers.kube import (
     RETRY_SECONDS,
     CredentialsError,
@@ -28,6 +28,7 @@ from speculator_operator.controllers.kube import (
     api_message,
     apply_children,
     in_child_lane,
+    namespace_terminating,
     secret_data,
 )
 from speculator_operator.controllers.retention import prune_outputs
@@ -226,6 +227,9 @@ def _reconcile(body: dict[str, Any], name: str, namespace: str, uid: str | None)
         try:
             apply_children(p.apply)
         except ApiException as exc:
+            if namespace_terminating(exc):
+                log.info("%s/%s: not applied, the namespace is being deleted", namespace, name)
+                return p
             message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
             kopf.event(
                 kopf.Body(cast(kopf.RawBody, body)), type="Warning", reason="ApplyFailed", message=message[:1024]
@@ -248,10 +252,8 @@ def _reconcile(body: dict[str, Any], name: str, namespace: str, uid: str | None)
     return p
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def reconcile(*, body: kopf.Body, **_: Any) -> None:
+@periodic.reconciler(PLURAL)
+def reconcile(body: kopf.Body) -> None:
     p = reconcile_object(dict(body))
     if p is not None and p.status.get("phase") == "Pending":
         raise kopf.TemporaryError("waiting for the verifier; see status.conditions", delay=RETRY_SECONDS)
@@ -281,9 +283,9 @@ kopf.on.event("apps", "v1", "deployments", **_children)(_owner_event)  # type: i
 kopf.on.event("", "v1", "pods", **_children)(_pod_event)  # type: ignore[arg-type]
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=60, idle=30)
-def resync(*, body: kopf.Body, status: kopf.Status, **_: Any) -> None:
+@periodic.every(PLURAL, interval=60, idle=30)
+async def resync(body: kopf.Body) -> None:
     """A missed child event must not stall a run; a missing hand-off target may appear later.
     Reads only, unless something changed."""
-    if resync_due(dict(body.get("spec") or {}), dict(status or {})):
-        reconcile_object(dict(body))
+    if resync_due(dict(body.get("spec") or {}), dict(body.get("status") or {})):
+        await periodic.in_lane(reconcile_object, dict(body))

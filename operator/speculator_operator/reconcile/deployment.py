@@ -218,13 +218,15 @@ def refresh_serving(
     generation: int,
     pods: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The status after the child Deployment (or one of its pods) changed (no new audit, no new render)."""
+    """The status after the child Deployment (or one of its pods) changed (no new audit, no new render).
+    `updatedReplicas` alone moving is not worth a write: it is carried by the next change of readiness
+    (a rollout costs a write per ready count, not one more per pod created)."""
     if status.get("phase") not in ("Deploying", "Ready") or not status.get("revision"):
         return status
     serving = serving_status(spec, status["revision"], child, pods)
     ready = serving["ready"]
     replicas = f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {status['revision']} ready"
-    return merge_status(
+    new = merge_status(
         status, generation,
         make_condition(generation, "Serving", ready, serving["reason"],
                        serving.get("problem") or f"revision {status['revision']}"),
@@ -235,6 +237,13 @@ def refresh_serving(
         readyReplicas=serving["readyReplicas"],
         updatedReplicas=serving["updatedReplicas"],
     )  # fmt: skip
+    if _without(new, "updatedReplicas") == _without(status, "updatedReplicas"):
+        return status
+    return new
+
+
+def _without(status: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if k != key}
 
 
 def needs_pods(status: dict[str, Any]) -> bool:

@@ -1,0 +1,262 @@
+"""The operator's own scheduling, in place of kopf's per-object handlers with state (create/update/resume and
+timers): level-triggered reconciles and one loop for all periodic work.
+
+Why: kopf keeps a handler's state in the object itself. Its create/update handlers write a diff-base
+annotation after each change and progress annotations around every retry; a timer or a daemon makes it
+put a finalizer on every object (two more writes, and a `kubectl delete` that hangs while no operator
+runs). At 1,000 resources that was three writes per resource of bookkeeping, and a timer is an asyncio
+task per object and kind. Here:
+
+- an event handler (kopf writes nothing for those) reconciles an object the first time the operator
+  sees it and whenever its `.metadata.generation` moves past the one handled (rules: reconcile/schedule.py);
+  a reconcile that fails is retried after its delay (kopf.TemporaryError's, else RETRY_SECONDS);
+- one loop, started with the first event (it inherits the context kopf's event poster lives in), runs the
+  periodic jobs (`every`) of every object it has seen, at most one run per object and job at a time, and
+  the due retries. Bodies are kept without managedFields: what the jobs read, nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from speculator_operator.api.common import GROUP, VERSION
+from speculator_operator.controllers.kube import PERIODIC_WORKERS, RETRY_SECONDS, unreachable
+from speculator_operator.reconcile.schedule import Every, Generations
+
+TICK_SECONDS = 1.0
+PERIODIC_LANE = ThreadPoolExecutor(max_workers=PERIODIC_WORKERS, thread_name_prefix="periodic")
+log = logging.getLogger(__name__)
+
+Job = Callable[[kopf.Body], Awaitable[None]]
+
+
+@dataclass
+class _Periodic:
+    plural: str
+    name: str
+    every: Every
+    fn: Job
+
+
+@dataclass
+class _Seen:
+    body: kopf.Body
+    changed_at: float
+
+
+_jobs: list[_Periodic] = []
+_reconcilers: dict[str, Callable[[kopf.Body], None]] = {}
+_generations: dict[str, Generations] = {}
+_gone: dict[str, list[Callable[[str, str, str], None]]] = {}
+_objects: dict[str, dict[str, _Seen]] = {}
+_running: set[tuple[str, str]] = set()
+_tasks: set[asyncio.Task[None]] = set()
+_locks: dict[str, threading.Lock] = {}
+_guard = threading.Lock()
+_task: asyncio.Task[None] | None = None
+
+
+def every(plural: str, *, interval: float, initial: float | None = None, idle: float = 0.0) -> Callable[[Job], Job]:
+    """Run the decorated `async fn(body)` for every object of `plural` (kopf's timer semantics)."""
+
+    def register(fn: Job) -> Job:
+        _track(plural)
+        _jobs.append(_Periodic(plural, fn.__name__, Every(interval, initial, idle), fn))
+        return fn
+
+    return register
+
+
+def reconciler(plural: str) -> Callable[[Callable[[kopf.Body], None]], Callable[[kopf.Body], None]]:
+    """The decorated `fn(body)` reconciles each generation of each object of `plural` once (and at start),
+    in kopf's handler pool; it raises kopf.TemporaryError (or anything) to be retried."""
+
+    def register(fn: Callable[[kopf.Body], None]) -> Callable[[kopf.Body], None]:
+        _track(plural)
+        _reconcilers[plural] = fn
+        _generations[plural] = Generations()
+
+        @kopf.on.event(GROUP, VERSION, plural)
+        def _reconcile(*, body: kopf.Body, type: str | None, **_: Any) -> None:
+            if type != "DELETED":
+                reconcile(plural, body)
+
+        return fn
+
+    return register
+
+
+def on_gone(plural: str) -> Callable[[Callable[[str, str, str], None]], Callable[[str, str, str], None]]:
+    """The decorated `fn(namespace, name, uid)` runs when an object of `plural` is deleted."""
+
+    def register(fn: Callable[[str, str, str], None]) -> Callable[[str, str, str], None]:
+        _track(plural)
+        _gone.setdefault(plural, []).append(fn)
+        return fn
+
+    return register
+
+
+def _track(plural: str) -> None:
+    if plural in _objects:
+        return
+    _objects[plural] = {}
+
+    @kopf.on.event(GROUP, VERSION, plural)
+    async def _seen(*, body: kopf.Body, type: str | None, **_: Any) -> None:
+        seen(plural, body, type)
+        _start()
+
+
+def _kept(body: Mapping[str, Any]) -> kopf.Body:
+    meta = body.get("metadata") or {}
+    kept = {k: meta[k] for k in ("name", "namespace", "uid", "generation", "labels", "deletionTimestamp") if k in meta}
+    raw = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": kept}
+    for key in ("spec", "status"):
+        if key in body:
+            raw[key] = dict(body[key] or {})
+    return kopf.Body(raw)  # type: ignore[arg-type]
+
+
+def seen(plural: str, body: Mapping[str, Any], type: str | None) -> None:
+    meta = body.get("metadata") or {}
+    uid = str(meta.get("uid") or "")
+    if not uid:
+        return
+    if type == "DELETED":
+        _objects[plural].pop(uid, None)
+        for job in _jobs:
+            job.every.forget(uid)
+        if plural in _generations:
+            _generations[plural].forget(uid)
+        with _guard:
+            _locks.pop(uid, None)
+        for fn in _gone.get(plural, []):
+            try:
+                fn(str(meta.get("namespace") or ""), str(meta.get("name") or ""), uid)
+            except Exception:
+                log.exception("forgetting %s/%s failed", meta.get("namespace"), meta.get("name"))
+        return
+    _objects[plural][uid] = _Seen(_kept(body), time.monotonic())
+
+
+def latest(plural: str, uid: str) -> kopf.Body | None:
+    found = _objects.get(plural, {}).get(uid)
+    return found.body if found else None
+
+
+def reconcile(plural: str, body: kopf.Body) -> None:
+    """Reconcile `body` if its generation is not handled yet (or its retry is due); one at a time per object."""
+    meta = body.get("metadata") or {}
+    uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 0)
+    generations = _generations[plural]
+    if not uid or meta.get("deletionTimestamp"):
+        generations.failed.pop(uid, None)  # being deleted: nothing more to reconcile or retry
+        return
+    with _guard:
+        lock = _locks.setdefault(uid, threading.Lock())
+    with lock:
+        now = time.monotonic()
+        if not generations.wants(uid, generation, now):
+            return
+        try:
+            _reconcilers[plural](body)
+        except kopf.TemporaryError as exc:
+            generations.retry(uid, generation, time.monotonic(), exc.delay or RETRY_SECONDS)
+            log.info("%s/%s: %s; again in %ss", meta.get("namespace"), meta.get("name"), exc, exc.delay)
+        except Exception as exc:
+            generations.retry(uid, generation, time.monotonic(), RETRY_SECONDS)
+            where, why = f"{meta.get('namespace')}/{meta.get('name')}", unreachable(exc)
+            if why is not None:
+                log.warning("%s: the API server did not answer (%s); again in %ss", where, why, RETRY_SECONDS)
+            else:
+                log.exception("%s: reconcile failed (%s); again in %ss", where, exc, RETRY_SECONDS)
+        else:
+            generations.done(uid, generation)
+
+
+async def in_lane(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run `fn(*args)` in the periodic pool, with kopf's context (its event poster, its settings)."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(PERIODIC_LANE, context.run, fn, *args)
+
+
+def _start() -> None:
+    global _task
+    if _task is None or _task.done():
+        _task = asyncio.get_running_loop().create_task(_loop(), name="speculator-operator periodic")
+
+
+@kopf.on.startup()
+def reset(**_: Any) -> None:
+    """A fresh start: every object is reconciled again when seen, as kopf's resume did (an operator
+    restarted in the same process, as the tests do, starts from nothing as well)."""
+    global _task
+    _task = None
+    for objects in _objects.values():
+        objects.clear()
+    for generations in _generations.values():
+        generations.handled.clear()
+        generations.failed.clear()
+    for job in _jobs:
+        job.every.next_at.clear()
+    _running.clear()
+
+
+@kopf.on.cleanup()
+async def stop(**_: Any) -> None:
+    if _task is not None:
+        _task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await _task
+
+
+async def _run(key: tuple[str, str], what: str, work: Awaitable[None]) -> None:
+    try:
+        await work
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        why = unreachable(exc)
+        if why is not None:
+            log.warning("%s of %s: the API server did not answer (%s)", key[0], what, why)
+        else:
+            log.exception("%s of %s failed", key[0], what)
+    finally:
+        _running.discard(key)
+
+
+def _launch(key: tuple[str, str], body: kopf.Body, work: Awaitable[None]) -> None:
+    _running.add(key)
+    what = f"{body.get('metadata', {}).get('namespace')}/{body.get('metadata', {}).get('name')}"
+    task = asyncio.get_running_loop().create_task(_run(key, what, work))
+    _tasks.add(task)  # the loop keeps only a weak reference to a task
+    task.add_done_callback(_tasks.discard)
+
+
+async def _loop() -> None:
+    while True:
+        now = time.monotonic()
+        for plural, generations in _generations.items():
+            for uid in generations.retries_due(now):
+                found = _objects[plural].get(uid)
+                key = (f"reconcile {plural}", uid)
+                if found is not None and key not in _running:
+                    _launch(key, found.body, in_lane(reconcile, plural, found.body))
+        for job in _jobs:
+            for uid, found in list(_objects[job.plural].items()):
+                key = (job.name, uid)
+                if key not in _running and job.every.due(uid, now, found.changed_at):
+                    _launch(key, found.body, job.fn(found.body))
+        await asyncio.sleep(TICK_SECONDS)

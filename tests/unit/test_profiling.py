@@ -1,0 +1,33 @@
+"""The memory profile's grouping (profiling.py): allocations are told by package, a module of this project by
+its own path, and the report puts the resident set beside what Python traced."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+from speculator_operator.profiling import _package, report
+
+
+def test_allocations_are_grouped_by_package() -> None:
+    site = "/venv/lib/python3.11/site-packages"
+    assert _package(f"{site}/kopf/_core/reactor/processing.py") == "kopf"
+    assert _package(f"{site}/six.py") == "six"
+    assert (
+        _package("/repo/operator/speculator_operator/controllers/periodic.py")
+        == "speculator_operator/controllers/periodic"
+    )
+    assert _package("/usr/lib/python3.11/json/decoder.py") == "stdlib:decoder"
+
+
+def test_the_report_names_the_largest_allocation_first() -> None:
+    tracemalloc.start(1)
+    try:
+        kept = [bytearray(1024) for _ in range(4096)]  # 4 MiB from this test module
+        text = report()
+    finally:
+        tracemalloc.stop()
+    lines = text.splitlines()
+    assert lines[0].startswith("resident set: ")
+    assert "traced by Python: " in lines[0]
+    assert "test_profiling" in lines[2], text  # the largest live allocation: the list above
+    assert len(kept) == 4096
