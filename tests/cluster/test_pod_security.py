@@ -74,3 +74,17 @@ def test_a_pod_the_api_server_refuses_is_said_in_its_words(
     assert "exceeded quota" in serving["message"]
     ready = next(c for c in get(cluster, namespace, "sdep/refused")["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False"
+
+    # a train job's stage Job: the Job controller tells the refusal only in an event on the Job, which the
+    # run's resync (every 60 s while a run is in flight) reads
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=stj("refused", store, creds))
+
+    def stage_said() -> dict[str, Any]:
+        st = get(cluster, namespace, "stj/refused").get("status") or {}
+        cond = next((c for c in st.get("conditions") or [] if c["type"] == "Ready"), {})
+        assert cond.get("reason") == "FailedCreate", cond
+        return cond
+
+    cond = eventually(stage_said, timeout=180, interval=2)
+    assert "exceeded quota" in cond["message"]
+    assert cond["message"].startswith("stage fetch: job refused-fetch: "), cond["message"]

@@ -9,6 +9,7 @@ counted by the child Deployment's generation: every new pod template moves it by
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator_crds", "sta
 @contextmanager
 def operator_in(cluster: Cluster, namespace: str) -> Iterator[KopfRunner]:
     args = ["run", "--standalone", "--namespace", namespace, "-m", "speculator_operator.controllers"]
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)  # the operator's login reads it (not only other tests)
     with KopfRunner(args, timeout=60) as runner:
         yield runner
 

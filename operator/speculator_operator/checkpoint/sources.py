@@ -335,9 +335,10 @@ _S3_KEYS = (
 def s3_client(credentials: Mapping[str, str] | None = None) -> Any:
     """A boto3 S3 client from a Secret's AWS_* keys (or the process environment where a key is absent). One
     per set of credentials, kept: making a client costs more CPU than the ranged reads an audit makes, and
-    the operator audits with the same few Secrets over and over (a rotated Secret is a new key)."""
+    the operator audits with the same few Secrets over and over (a rotated Secret is a new key; so is a
+    changed environment, read here rather than left to boto3 at the client's making)."""
     creds = credentials or {}
-    return _s3_client(tuple(creds.get(k) or None for k in _S3_KEYS))
+    return _s3_client(tuple(creds.get(k) or os.environ.get(k) or None for k in _S3_KEYS))
 
 
 @functools.lru_cache(maxsize=64)

@@ -28,7 +28,7 @@ NEEDED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "services", (*READ, *WRITE, "delete")),
     ("policy", "poddisruptionbudgets", (*READ, *WRITE, "delete")),
     ("", "secrets", ("get",)),
-    ("", "events", ("create", "patch")),
+    ("", "events", ("create", "patch", "list")),  # list: a stage Job's FailedCreate (its pods refused)
     ("events.k8s.io", "events", ("create", "patch")),
 )
 # watching every namespace only: kopf follows the CRDs as they change (with named namespaces it scans

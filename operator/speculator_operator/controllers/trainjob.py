@@ -33,13 +33,14 @@ from speculator_operator.controllers.kube import (
 )
 from speculator_operator.controllers.retention import prune_outputs
 from speculator_operator.reconcile import Problem, parse_spec
-from speculator_operator.reconcile.pods import pod_problem, terminated_words
+from speculator_operator.reconcile.pods import MAX_MESSAGE, pod_problem, terminated_words
 from speculator_operator.reconcile.trainjob import (
     Observed,
     Plan,
     failed,
     handed_off,
     handoff_patch,
+    job_state,
     parse_report,
     plan,
     resync_due,
@@ -90,17 +91,20 @@ def observe_children(namespace: str, name: str, obs: Observed) -> None:
         return
     pods = client.CoreV1Api(api()).list_namespaced_pod(namespace, label_selector=selector)
     latest_fail: dict[str, str] = {}
+    with_pods: set[str] = set()
     for pod in (serialize(p) for p in pods.items):
         stage = (pod["metadata"].get("labels") or {}).get("speculators.dev/stage")
         phase = (pod.get("status") or {}).get("phase")
         if stage not in obs.jobs:
             continue
         if phase not in ("Succeeded", "Failed"):
+            with_pods.add(stage)
             problem = pod_problem(pod)
             if problem:
                 obs.stuck.setdefault(stage, problem)
             continue
         finished, message = _terminated(pod)
+        with_pods.add(stage)
         if phase == "Succeeded":
             found = parse_report(message)
             if found is not None:
@@ -108,6 +112,23 @@ def observe_children(namespace: str, name: str, obs: Observed) -> None:
         elif message and (finished or "") >= latest_fail.get(stage, ""):
             latest_fail[stage] = finished or ""
             obs.failures[stage] = message
+    for stage, job in obs.jobs.items():
+        if stage not in with_pods and job_state(job)[0] == "Running":
+            refused = refused_pods(namespace, job)  # no pod at all: the API server may be refusing them
+            if refused:
+                obs.stuck.setdefault(stage, refused)
+
+
+def refused_pods(namespace: str, job: dict[str, Any]) -> tuple[str, str] | None:
+    """("FailedCreate", the API server's words) when the Job controller could not create the Job's pod
+    (Pod Security admission, a quota): it says so only in an event on the Job."""
+    meta = job["metadata"]
+    selector = f"involvedObject.uid={meta['uid']},reason=FailedCreate"
+    events = client.CoreV1Api(api()).list_namespaced_event(namespace, field_selector=selector).items
+    if not events:
+        return None
+    latest = max(events, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp))
+    return "FailedCreate", f"job {meta['name']}: {latest.message}"[:MAX_MESSAGE]
 
 
 def observe(
