@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 import tracemalloc
 from collections import Counter
 from pathlib import Path
@@ -37,24 +38,62 @@ def _resident() -> int:
     return 0
 
 
-def report() -> str:
-    """The live allocations by package, largest first, with the resident set beside them."""
-    snapshot = tracemalloc.take_snapshot()
+def _owner(traceback: tracemalloc.Traceback) -> str:
+    """The package responsible for an allocation: the innermost frame outside the standard library and the
+    import machinery (json's decoder allocates, but for whoever asked it to decode), with the allocating
+    module beside it when that differs."""
+    frames = [_package(f.filename) for f in reversed(traceback)]  # innermost first
+    innermost = frames[0] if frames else "?"
+    for name in frames:
+        if not name.startswith(("stdlib:", "<")):
+            return name if name == innermost else f"{name} (in {innermost})"
+    return innermost
+
+
+def _grouped(snapshot: tracemalloc.Snapshot) -> list[str]:
     sizes: Counter[str] = Counter()
     counts: Counter[str] = Counter()
-    for stat in snapshot.statistics("filename"):
-        key = _package(stat.traceback[0].filename)
+    for stat in snapshot.statistics("traceback"):
+        key = _owner(stat.traceback)
         sizes[key] += stat.size
         counts[key] += stat.count
-    traced, peak = tracemalloc.get_traced_memory()
-    rss = _resident()
-    lines = [
-        f"resident set: {rss / 2**20:.1f} MiB; traced by Python: {traced / 2**20:.1f} MiB (peak {peak / 2**20:.1f}); "
-        f"threads: {threading.active_count()}",
-        f"{'MiB':>8} {'blocks':>9}  package",
-    ]
-    for key, size in sizes.most_common(25):
+    lines = [f"{'MiB':>8} {'blocks':>9}  package"]
+    for key, size in sizes.most_common(20):
         lines.append(f"{size / 2**20:8.2f} {counts[key]:9d}  {key}")
+    return lines
+
+
+class _Peak(threading.Thread):
+    """Keeps the snapshot taken when Python's traced memory was at its highest (sampled every second): the
+    resident set follows the peak, since freed memory mostly stays with the process."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True, name="profile-peak")
+        self.snapshot: tracemalloc.Snapshot | None = None
+        self.traced = 0
+
+    def run(self) -> None:
+        while True:
+            time.sleep(1.0)
+            traced, _ = tracemalloc.get_traced_memory()
+            if traced > self.traced * 1.1:
+                self.traced, self.snapshot = traced, tracemalloc.take_snapshot()
+
+
+_peak = _Peak()
+
+
+def report() -> str:
+    """The live allocations by package, largest first, now and at the sampled peak, with the resident set."""
+    traced, peak = tracemalloc.get_traced_memory()
+    lines = [
+        f"resident set: {_resident() / 2**20:.1f} MiB; traced by Python: {traced / 2**20:.1f} MiB (peak "
+        f"{peak / 2**20:.1f}); threads: {threading.active_count()}",
+        "now:",
+        *_grouped(tracemalloc.take_snapshot()),
+    ]
+    if _peak.snapshot is not None:
+        lines += [f"at the sampled peak ({_peak.traced / 2**20:.1f} MiB traced):", *_grouped(_peak.snapshot)]
     return "\n".join(lines) + "\n"
 
 
@@ -63,7 +102,8 @@ def install() -> None:
     path = os.environ.get("SPECULATOR_PROFILE")
     if not path:
         return
-    tracemalloc.start(1)
+    tracemalloc.start(12)
+    _peak.start()
 
     def write(signum: int, frame: FrameType | None) -> None:
         Path(path + ".part").write_text(report())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tracemalloc
 
-from speculator_operator.profiling import _package, report
+from speculator_operator.profiling import _owner, _package, report
 
 
 def test_allocations_are_grouped_by_package() -> None:
@@ -29,5 +29,20 @@ def test_the_report_names_the_largest_allocation_first() -> None:
     lines = text.splitlines()
     assert lines[0].startswith("resident set: ")
     assert "traced by Python: " in lines[0]
-    assert "test_profiling" in lines[2], text  # the largest live allocation: the list above
+    assert lines[1] == "now:"
+    assert "test_profiling" in lines[3], text  # the largest live allocation: the list above
     assert len(kept) == 4096
+
+
+def test_an_allocation_is_owned_by_whoever_asked_the_standard_library() -> None:
+    tracemalloc.start(4)
+    try:
+        import json
+
+        kept = json.loads("[" + ",".join(['{"a": "' + "x" * 100 + '"}'] * 20000) + "]")
+        snapshot = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    owners = {_owner(s.traceback) for s in snapshot.statistics("traceback")[:3]}
+    assert any(o.endswith("test_profiling.py (in stdlib:decoder)") for o in owners), owners
+    assert len(kept) == 20000

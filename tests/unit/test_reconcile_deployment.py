@@ -121,6 +121,18 @@ def test_serving_status_counts_only_the_current_revision() -> None:
     assert serving_status(SPEC, "new", None)["reason"] == "NotDeployed"
 
 
+def test_the_reconciles_status_already_says_what_its_new_child_will(good: Any) -> None:
+    """The status is written before the children are applied: the new Deployment's first events (no status
+    yet, then its pods created) find nothing to change."""
+    p = plan("q", "ns", "uid", SPEC, get_release(), Observed(generation=1, status={}, verifier_revision="v1",
+                                                             audit=good))  # fmt: skip
+    assert conds(p.status)["Serving"] == ("False", "RollingOut")
+    created = {"metadata": {"generation": 1, "annotations": {"speculators.dev/revision": p.status["revision"]}}}
+    assert refresh_serving(SPEC, p.status, created, 1) is p.status
+    assert refresh_serving(SPEC, p.status, {**created, "status": {"observedGeneration": 1, "replicas": 2,
+                                                                  "updatedReplicas": 2}}, 1) is p.status  # fmt: skip
+
+
 def test_pods_created_but_not_ready_are_not_a_status_write() -> None:
     """updatedReplicas alone moving leaves the status as it is (the next readiness change carries it)."""
     rolling = refresh_serving(SPEC, {"phase": "Deploying", "revision": "new"}, child("new", 0), 1)

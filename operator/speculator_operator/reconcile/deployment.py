@@ -183,6 +183,8 @@ def plan(
     except RenderError as exc:
         return failed(obs, "InvalidSpec", str(exc))
     serving = serving_status(spec, rendered.revision, obs.child, obs.pods)
+    if obs.child is None:
+        serving["reason"] = "RollingOut"  # its Deployment is applied right after this status is written
     serving_reason, serving_message = serving["reason"], serving.get("problem") or f"revision {rendered.revision}"
     for reason, message in rendered.notes:
         serving_message += f"; {reason}: {message}"
@@ -226,10 +228,13 @@ def refresh_serving(
     serving = serving_status(spec, status["revision"], child, pods)
     ready = serving["ready"]
     replicas = f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {status['revision']} ready"
+    said = next((c.get("message") for c in status.get("conditions") or [] if c.get("type") == "Serving"), None)
+    revision = f"revision {status['revision']}"
+    if not (isinstance(said, str) and said.startswith(revision) and "; " in said):
+        said = revision  # the render's notes ("revision X; Note: ...") stay as the reconcile wrote them
     new = merge_status(
         status, generation,
-        make_condition(generation, "Serving", ready, serving["reason"],
-                       serving.get("problem") or f"revision {status['revision']}"),
+        make_condition(generation, "Serving", ready, serving["reason"], serving.get("problem") or said),
         make_condition(generation, "Ready", ready, "Ready" if ready else "RollingOut",
                        replicas + (f"; {serving['problem']}" if serving.get("problem") else "")),
         phase="Ready" if ready else "Deploying",
