@@ -154,6 +154,7 @@ def main() -> None:
         root = Path(tmp)
         local = LocalCluster(root / "cluster", args.bin_dir, gpu_nodes=max(2, n // 4), log=lambda m: None)
         info = local.start()
+        op: subprocess.Popen[bytes] | None = None
         try:
             os.environ.update(info.env())
             config.load_kube_config(config_file=str(info.kubeconfig))
@@ -272,6 +273,9 @@ def main() -> None:
             print(f"  writes during {args.idle:.0f} s idle (resync every 60 s): {sum(idle.values())} {dict(idle)}")
             print(f"  operator peak RSS: {peak / 2**20:.0f} MiB")
         finally:
+            if op is not None and op.poll() is None:  # an interrupted run leaves no operator behind
+                op.kill()
+                op.wait(30)
             local.stop()
 
 
