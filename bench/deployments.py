@@ -48,12 +48,17 @@ def stamp() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def writes(audit_log: Path, since: str, until: str | None = None) -> collections.Counter[str]:
+def writes(audit_log: Path, since: str, until: str | None = None, refused: bool = False) -> collections.Counter[str]:
+    """The operator's writes by resource (with `refused`: the ones the API server refused instead, such as a
+    409 on a stale resourceVersion, which the writer reads again and retries: no change was stored)."""
     count: collections.Counter[str] = collections.Counter()
     for line in audit_log.read_text().splitlines():
         e = json.loads(line)
         t = e["requestReceivedTimestamp"]
         if e.get("stage") != "ResponseComplete" or t < since or (until and t > until):
+            continue
+        code = (e.get("responseStatus") or {}).get("code") or 0
+        if refused != (code >= 400):
             continue
         if e["verb"] in ("create", "update", "patch", "delete") and e.get("userAgent", "").startswith(AGENTS):
             ref = e.get("objectRef", {})
@@ -262,6 +267,8 @@ def main() -> None:
                 f"({sum(total.values()) / n:.1f} per resource): {dict(total)}"
             )
             print("  by purpose, per resource: " + ", ".join(f"{k} {v / n:.2f}" for k, v in kinds_of(total).items()))
+            conflicts = writes(info.audit_log or Path(), start, ready_at, refused=True)  # type: ignore[arg-type]
+            print(f"  writes refused (not stored; read again and retried): {sum(conflicts.values())} {dict(conflicts)}")
             if lags:
                 values = list(lags.values())
                 print(

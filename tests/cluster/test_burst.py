@@ -1,4 +1,5 @@
-"""A burst of SpeculatorDeployments (1,000 unless SPECULATOR_BURST_N says otherwise) created, reconciled and
+"""A burst of SpeculatorDeployments (300 in the suite, SPECULATOR_BURST_N=1000 for the issue's size: about 7
+minutes a burst to reconcile on the 2-core machine, too long for CI's budget) created, reconciled and
 deleted, twice, against the real API server with the operator as its own process (as a pod runs it): the
 real garbage collector removes every child through its owner reference (no orphan), and the operator's
 memory plateaus: the second burst's peak resident set is the first's, within a small margin (no leak of
@@ -24,7 +25,7 @@ from .conftest import Cluster, eventually, sdep
 
 pytestmark = pytest.mark.cluster
 OPERATOR = Path(sys.executable).with_name("speculator-operator")
-N = int(os.environ.get("SPECULATOR_BURST_N", "1000"))
+N = int(os.environ.get("SPECULATOR_BURST_N", "300"))
 MANAGED = "app.kubernetes.io/managed-by=speculator-operator"
 
 
@@ -80,6 +81,7 @@ def _none(have: int) -> None:
     assert have == 0, f"{have} left"
 
 
+@pytest.mark.timeout(max(1200, 4 * N))
 def test_two_bursts_leave_no_orphan_and_no_leak(
     cluster: Cluster,
     operator_crds: list[str],
