@@ -27,6 +27,23 @@ def simulated(**labels: str) -> dict[str, Any]:
     }
 
 
+OFFLINE_STAGES = ["fetch", "prepare", "extract", "train", "audit", "publish"]
+
+
+def slow_offline(name: str, store: dict[str, str], creds: str, delay: str) -> str:
+    """An offline run (pretokenized data) whose stage pods each take `delay`: time for a fault between stages."""
+    slow = {"annotations": {"speculators.dev/simulate-message": json.dumps(REPORT),
+                            "speculators.dev/simulate-delay": delay}}  # fmt: skip
+    return stj(name, store, creds, data={"sources": [store["data"]], "format": "pretokenized"},
+               stages={"cpu": slow, "trainer": slow})  # fmt: skip
+
+
+def stage_job_writes(writes: list[str], name: str) -> None:
+    """Each stage's Job written exactly once (the operator's writes from the API server's audit log)."""
+    job_writes = sorted(w for w in writes if w.split()[1].startswith("jobs/"))
+    assert job_writes == sorted(f"patch jobs//{name}-{s}" for s in OFFLINE_STAGES), job_writes
+
+
 def api_calls(cluster: Cluster, namespace: str) -> list[tuple[str, str, str, str]]:
     """(time, verb, resource, name) of every request in `namespace`, from the API server's audit log."""
     assert cluster.local is not None

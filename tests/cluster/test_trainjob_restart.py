@@ -4,7 +4,6 @@ log) and the run still succeeds. Its own module, so that no other operator insta
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import UTC, datetime
 from typing import Any
@@ -12,9 +11,9 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
-from .conftest import Cluster, eventually, get, stj
+from .conftest import Cluster, eventually, get
 from .test_deployment_restart import operator_writes
-from .test_trainjob_controller import REPORT, jobs, listed
+from .test_trainjob_controller import OFFLINE_STAGES, jobs, listed, slow_offline, stage_job_writes
 
 pytestmark = pytest.mark.cluster
 
@@ -26,14 +25,11 @@ def test_restart_at_every_stage_resumes_without_duplicates(
         pytest.skip("needs the local control plane's audit log to count API requests")
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
     workspace("resume-workspace")
-    slow = {"annotations": {"speculators.dev/simulate-message": json.dumps(REPORT),
-                            "speculators.dev/simulate-delay": "2s"}}  # fmt: skip
-    manifest = stj("resume", store, creds, data={"sources": [store["data"]], "format": "pretokenized"},
-                   stages={"cpu": slow, "trainer": slow})  # fmt: skip
+    manifest = slow_offline("resume", store, creds, "2s")
     args = ["run", "--standalone", "--namespace", namespace, "-m", "speculator_operator.controllers"]
     start = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=manifest)
-    order = ["fetch", "prepare", "extract", "train", "audit", "publish"]
+    order = OFFLINE_STAGES
     stopped_at = []
     for stage in order:
         with KopfRunner(args, timeout=60) as runner:
@@ -61,8 +57,7 @@ def test_restart_at_every_stage_resumes_without_duplicates(
     assert [s["phase"] for s in st["stages"]] == ["Succeeded"] * len(order)
 
     writes = operator_writes(cluster.local.audit_log, start)
-    job_writes = sorted(w for w in writes if w.split()[1].startswith("jobs/"))
-    assert job_writes == sorted(f"patch jobs//resume-{s}" for s in order), job_writes
+    stage_job_writes(writes, "resume")
     assert sorted(jobs(cluster, namespace, "resume")) == sorted(order)
     assert sum(1 for w in writes if w == "patch deployments//resume-extractor") == 1
     assert listed(cluster, namespace, "deployments", "speculators.dev/trainjob=resume") == []

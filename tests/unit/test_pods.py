@@ -6,7 +6,7 @@ from typing import Any
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.reconcile.deployment import refresh_serving, serving_status
-from speculator_operator.reconcile.pods import first_problem, pod_problem, terminated_words
+from speculator_operator.reconcile.pods import first_problem, pod_problem, refused_creation, terminated_words
 
 
 def pod(
@@ -67,3 +67,28 @@ def test_a_rolling_out_deployment_shows_its_stuck_pods_reason() -> None:
     conds = {c["type"]: c for c in refreshed["conditions"]}
     assert conds["Serving"]["reason"] == "ImagePullBackOff"
     assert "Back-off pulling image" in conds["Ready"]["message"]
+
+
+def test_a_job_whose_pods_are_refused_shows_the_latest_refusal_in_the_api_servers_words() -> None:
+    def event(reason: str, at: str, message: str) -> dict[str, Any]:
+        return {"reason": reason, "lastTimestamp": at, "message": message}
+
+    assert refused_creation("t-train", []) is None
+    assert refused_creation("t-train", [event("SuccessfulCreate", "2026-12-01T10:00:00Z", "Created pod")]) is None
+    events = [
+        event(
+            "FailedCreate", "2026-12-01T10:00:05Z", 'pods "t-train-x" is forbidden: violates PodSecurity "restricted"'
+        ),
+        event("FailedCreate", "2026-12-01T10:00:01Z", "exceeded quota: gpu"),
+        event("SuccessfulCreate", "2026-12-01T10:00:09Z", "Created pod"),
+    ]
+    assert refused_creation("t-train", events) == (
+        "FailedCreate",
+        'job t-train: pods "t-train-x" is forbidden: violates PodSecurity "restricted"',
+    )
+    # an event recorded by the events API has only an eventTime; a long message is cut to the status's size
+    long = [{"reason": "FailedCreate", "eventTime": "2026-12-01T10:00:00.000000Z", "message": "x" * 5000}]
+    reason, message = refused_creation("t-train", long) or ("", "")
+    assert reason == "FailedCreate"
+    assert message.startswith("job t-train: xxx")
+    assert len(message) == 600

@@ -33,7 +33,7 @@ from speculator_operator.controllers.kube import (
 )
 from speculator_operator.controllers.retention import prune_outputs
 from speculator_operator.reconcile import Problem, parse_spec
-from speculator_operator.reconcile.pods import MAX_MESSAGE, pod_problem, terminated_words
+from speculator_operator.reconcile.pods import pod_problem, refused_creation, terminated_words
 from speculator_operator.reconcile.trainjob import (
     Observed,
     Plan,
@@ -55,8 +55,8 @@ LABEL = "speculators.dev/trainjob"
 log = logging.getLogger(__name__)
 
 
-def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
-    kube.write_status(PLURAL, namespace, name, old, new)
+def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, Any], cause: str) -> None:
+    kube.write_status(PLURAL, namespace, name, old, new, cause)
 
 
 def _terminated(pod: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -120,15 +120,11 @@ def observe_children(namespace: str, name: str, obs: Observed) -> None:
 
 
 def refused_pods(namespace: str, job: dict[str, Any]) -> tuple[str, str] | None:
-    """("FailedCreate", the API server's words) when the Job controller could not create the Job's pod
-    (Pod Security admission, a quota): it says so only in an event on the Job."""
+    """A Job with no pod at all: what its FailedCreate events say (the API server may be refusing them)."""
     meta = job["metadata"]
     selector = f"involvedObject.uid={meta['uid']},reason=FailedCreate"
     events = client.CoreV1Api(api()).list_namespaced_event(namespace, field_selector=selector).items
-    if not events:
-        return None
-    latest = max(events, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp))
-    return "FailedCreate", f"job {meta['name']}: {latest.message}"[:MAX_MESSAGE]
+    return refused_creation(meta["name"], [api().sanitize_for_serialization(e) for e in events])
 
 
 def observe(
@@ -243,7 +239,7 @@ def _reconcile(body: dict[str, Any], name: str, namespace: str, uid: str | None)
         spec, release = parsed
         obs = observe(name, namespace, spec, generation, current)
         p = plan(name, namespace, uid, spec, release, obs)
-    write_status(namespace, name, current, p.status)
+    write_status(namespace, name, current, p.status, "reconcile")
     if p.apply:
         try:
             apply_children(p.apply)
@@ -264,7 +260,7 @@ def _reconcile(body: dict[str, Any], name: str, namespace: str, uid: str | None)
         target, uri = p.handoff
         reason, message = hand_off(namespace, name, spec, target, uri)
         after = handed_off(p.status, generation, target, reason, message)
-        write_status(namespace, name, p.status, after)
+        write_status(namespace, name, p.status, after, "handoff")
         p.status = after
         if reason == "TargetMissing":
             kopf.event(kopf.Body(cast(kopf.RawBody, body)), type="Warning", reason=reason, message=message)

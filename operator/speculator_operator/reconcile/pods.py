@@ -55,3 +55,14 @@ def first_problem(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
         if found:
             return found
     return None
+
+
+def refused_creation(job_name: str, events: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """("FailedCreate", the API server's words) from a Job's FailedCreate events, the latest one: the Job
+    controller could not create its pod (Pod Security admission, a quota) and says so only there."""
+    failed = [e for e in events if e.get("reason") == "FailedCreate"]
+    if not failed:
+        return None
+    latest = max(failed, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or
+                                          (e.get("metadata") or {}).get("creationTimestamp") or ""))  # fmt: skip
+    return "FailedCreate", f"job {job_name}: {latest.get('message') or ''}"[:MAX_MESSAGE]
