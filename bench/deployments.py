@@ -5,7 +5,8 @@
   (audits, status, events) over the minimum;
 - API writes per resource by the operator (counted in the API server's audit log);
 - writes during an idle period longer than the operator's resync (target 0);
-- the operator's peak RSS (and, with BENCH_PROFILE=1, a separate run's allocations by package).
+- the operator's peak RSS (and, with BENCH_PROFILE=1, a separate run's allocations by package; with
+  BENCH_PROFILE=census, this run's allocator figures and live objects by type once all are Ready).
 
 Run: hack/bench deployments   (N with BENCH_N, default 200)
 """
@@ -17,11 +18,13 @@ import collections
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ import boto3
 import psutil
 from kubernetes import client, config, watch
 from kubernetes.dynamic import DynamicClient
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -66,6 +70,23 @@ def writes(audit_log: Path, since: str, until: str | None = None, refused: bool 
     return count
 
 
+def status_writes_before_ready(audit_log: Path, since: str, ready_at: dict[str, str]) -> collections.Counter[str]:
+    """Each resource's status writes by the operator before the bench saw that resource Ready."""
+    count: collections.Counter[str] = collections.Counter()
+    for line in audit_log.read_text().splitlines():
+        e = json.loads(line)
+        ref = e.get("objectRef", {})
+        if (e.get("stage") != "ResponseComplete" or e["requestReceivedTimestamp"] < since
+                or ref.get("resource") != "speculatordeployments" or ref.get("subresource") != "status"
+                or e["verb"] != "patch" or not e.get("userAgent", "").startswith(AGENTS)
+                or ((e.get("responseStatus") or {}).get("code") or 0) >= 400):  # fmt: skip
+            continue
+        name = ref.get("name", "")
+        if e["requestReceivedTimestamp"] < ready_at.get(name, "~"):
+            count[name] += 1
+    return count
+
+
 def upload_pair(root: Path) -> None:
     """A small EAGLE-3 draft at s3://bench/draft and its verifier's config at s3://bench/verifier."""
     s3 = boto3.client("s3")
@@ -98,6 +119,7 @@ class ReadyTimes(threading.Thread):
         super().__init__(daemon=True)
         self.list_fn, self.ready, self.kwargs = list_fn, ready, kwargs
         self.first: dict[str, float] = {}
+        self.at: dict[str, str] = {}  # the same moments on the wall clock, to compare with the audit log's
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -109,6 +131,7 @@ class ReadyTimes(threading.Thread):
                     name = obj["metadata"]["name"]
                     if name not in self.first and self.ready(obj):
                         self.first[name] = time.monotonic()
+                        self.at[name] = stamp()
                     if self.stop.is_set():
                         return
             except Exception:  # a dropped watch is started again; the bench goes on
@@ -144,6 +167,42 @@ def kinds_of(total: collections.Counter[str]) -> dict[str, int]:
                "speculatordeployments", "events", "selfsubjectaccessreviews"}  # fmt: skip
     out["other"] = sum(v for k, v in total.items() if k not in counted)
     return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def status_writes_by_cause(port: int) -> dict[str, int]:
+    """The operator's own count of its stored status writes, by what asked for them."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {
+        s.labels["cause"]: int(s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "speculator_status_writes_total" and s.labels.get("kind") == "SpeculatorDeployment"
+    }
+
+
+def lane_waits(port: int) -> str:
+    """How long the operator's work waited for a thread, by pool (its histogram): count, mean, over 1 s, over 5 s."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    lanes: dict[str, dict[str, float]] = collections.defaultdict(dict)
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not s.name.startswith("speculator_lane_wait_seconds"):
+                continue
+            key = s.name.removeprefix("speculator_lane_wait_seconds_") + s.labels.get("le", "")
+            lanes[s.labels["lane"]][key] = s.value
+    out = []
+    for lane, v in sorted(lanes.items()):
+        n = v.get("count", 0)
+        mean = v.get("sum", 0) / n if n else 0
+        out.append(f"{lane} {n:.0f} (mean {mean:.3f} s, over 1 s {n - v.get('bucket1.0', n):.0f}, "
+                   f"over 5 s {n - v.get('bucket5.0', n):.0f})")  # fmt: skip
+    return "; ".join(out)
 
 
 def main() -> None:
@@ -191,12 +250,17 @@ def main() -> None:
                                           field_manager="bench", force_conflicts=True)  # fmt: skip
             bare = (time.monotonic() - t0) + wait_ready(apps, "bench-bare", n, 900)
 
-            env = {**os.environ, "KUBECONFIG": str(info.kubeconfig)}
+            port = free_port()
+            env = {**os.environ, "KUBECONFIG": str(info.kubeconfig), "SPECULATOR_METRICS_PORT": str(port),
+                   "SPECULATOR_METRICS_ADDRESS": "127.0.0.1"}  # fmt: skip
             # BENCH_PROFILE=1: the operator traces its allocations (slower: its figures are not the run's), and
-            # the bench prints where the memory is once all are Ready
-            profile = root / "profile.txt" if os.environ.get("BENCH_PROFILE") else None
+            # the bench prints where the memory is once all are Ready; BENCH_PROFILE=census: no tracing, the
+            # allocators' figures and the live objects by type at that moment (the run's figures stand)
+            mode = os.environ.get("BENCH_PROFILE")
+            profile = root / "profile.txt" if mode else None
             if profile is not None:
                 env["SPECULATOR_PROFILE"] = str(profile)
+                env["SPECULATOR_PROFILE_MODE"] = "census" if mode == "census" else "trace"
             # BENCH_OPERATOR_LOG=PATH keeps the operator's log (with every handler run) for a look afterwards
             kept = os.environ.get("BENCH_OPERATOR_LOG")
             log = open(kept or root / "operator.log", "wb")  # noqa: SIM115
@@ -229,11 +293,14 @@ def main() -> None:
                 time.sleep(0.5)
             with_operator = time.monotonic() - t0
             ready_at = stamp()
+            causes = status_writes_by_cause(port)
+            waits = lane_waits(port)
             if profile is not None:
                 op.send_signal(signal.SIGUSR1)
                 while not profile.exists():
                     time.sleep(0.5)
-                print(f"operator memory at all Ready (tracemalloc, by package):\n{profile.read_text()}")
+                how = env["SPECULATOR_PROFILE_MODE"]
+                print(f"operator memory at all Ready ({how}):\n{profile.read_text()}")
             # the handlers' last bookkeeping (kopf's annotations) may trail Ready: let the operator go quiet
             quiet_since = time.monotonic()
             seen = sum(writes(info.audit_log or Path(), start).values())  # type: ignore[arg-type]
@@ -267,6 +334,12 @@ def main() -> None:
                 f"({sum(total.values()) / n:.1f} per resource): {dict(total)}"
             )
             print("  by purpose, per resource: " + ", ".join(f"{k} {v / n:.2f}" for k, v in kinds_of(total).items()))
+            print("  status writes until Ready by cause (the operator's count), per resource: "
+                  + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(causes.items())))  # fmt: skip
+            own = status_writes_before_ready(info.audit_log or Path(), start, resources_ready.at)
+            print(f"  status writes before the resource's own Ready: {sum(own.values()) / n:.2f} per resource, "
+                  f"max {max(own.values(), default=0)}")  # fmt: skip
+            print(f"  waits for a thread until Ready: {waits}")
             conflicts = writes(info.audit_log or Path(), start, ready_at, refused=True)  # type: ignore[arg-type]
             print(f"  writes refused (not stored; read again and retried): {sum(conflicts.values())} {dict(conflicts)}")
             if lags:

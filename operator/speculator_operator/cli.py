@@ -137,7 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the Lease's namespace (default: POD_NAMESPACE, the service account's, or default)",
     )
     rn.add_argument("--identity", default=None, help="this candidate's name in the Lease (default: POD_NAME_xxxxxx)")
-    rn.add_argument("--verbose", "-v", action="store_true", help="log every handler and timer run (kopf.objects)")
+    rn.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="log every handler and timer run (kopf.objects) and each status write with its cause",
+    )
     rn.add_argument(
         "--skip-permission-check",
         action="store_true",
@@ -423,6 +428,8 @@ def _run(args: argparse.Namespace) -> int:
     if not args.verbose:
         # a line per handler and timer run: at a thousand resources, the log would be mostly these
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    else:
+        logging.getLogger("speculator_operator").setLevel(logging.DEBUG)  # each status write and its cause
     lease_namespace = _lease_namespace(args) if args.leader_elect else None
     if not args.skip_permission_check:
         kube.load_config()

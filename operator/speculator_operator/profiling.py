@@ -4,12 +4,18 @@ allocations grouped by package (a module of this project counts as its own), bes
 what Python's allocator does not see (threads' stacks, C libraries, the allocator's own free lists).
 
 It costs time and memory while it traces: a profile run is its own run, not the one whose figures count.
+SPECULATOR_PROFILE_MODE=census traces nothing: SIGUSR1 then writes the C allocator's figures (in use, and
+freed but kept by the process) and the live Python objects by type, cheap enough for the run that counts.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import os
 import signal
+import sys
 import threading
 import time
 import tracemalloc
@@ -36,6 +42,72 @@ def _resident() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost"
+    )]  # fmt: skip
+
+
+def allocator() -> str:
+    """glibc's own account of the heap (mallinfo2): what is in use, and what was freed but stays with the
+    process (the resident set keeps a peak's memory until the allocator gives it back)."""
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return "C allocator: no mallinfo2 here"
+    libc.mallinfo2.restype = _MallInfo2
+    info = libc.mallinfo2()
+    mib = 2**20
+    return (
+        f"C allocator: in use {(info.uordblks + info.hblkhd) / mib:.1f} MiB (of it mmapped {info.hblkhd / mib:.1f}), "
+        f"freed but kept {info.fordblks / mib:.1f} MiB, heap arenas {info.arena / mib:.1f} MiB"
+    )
+
+
+def python_allocator() -> str:
+    """Python's small-object allocator (its arenas come from mmap, outside glibc's figures): arenas held now
+    and at their high-water mark, and how much of them live objects use. Read from sys._debugmallocstats,
+    which writes to the C stderr: redirected for the moment it takes."""
+    import tempfile
+
+    with tempfile.TemporaryFile(mode="w+b") as out:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.startswith("# "):
+            found[key[2:].strip()] = int(value.strip().replace(",", "") or 0)
+    live = found.get("bytes in allocated blocks", 0) / 2**20
+    return (
+        f"Python's allocator: {found.get('arenas allocated current', 0)} arenas of 1 MiB (high-water mark "
+        f"{found.get('arenas highwater mark', 0)}), in live blocks {live:.1f} MiB"
+    )
+
+
+def census(top: int = 15) -> list[str]:
+    """The live objects the garbage collector tracks, by type: how many, and their own sizes (not what they
+    refer to: a dict's keys and values are counted as objects of their own types when tracked)."""
+    counts: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
+    for obj in gc.get_objects():
+        kind = type(obj).__qualname__
+        counts[kind] += 1
+        sizes[kind] += sys.getsizeof(obj, 0)
+    lines = [f"{'MiB':>8} {'objects':>9}  type (objects tracked by the collector: {sum(counts.values())})"]
+    for kind, size in sizes.most_common(top):
+        lines.append(f"{size / 2**20:8.2f} {counts[kind]:9d}  {kind}")
+    return lines
 
 
 def _owner(traceback: tracemalloc.Traceback) -> str:
@@ -85,11 +157,21 @@ _peak = _Peak()
 
 
 def report() -> str:
-    """The live allocations by package, largest first, now and at the sampled peak, with the resident set."""
+    """The live allocations by package, largest first, now and at the sampled peak, with the resident set
+    (while not tracing: the allocator's figures and the live objects by type)."""
+    if not tracemalloc.is_tracing():
+        return "\n".join([
+            f"resident set: {_resident() / 2**20:.1f} MiB; threads: {threading.active_count()}",
+            allocator(),
+            python_allocator(),
+            *census(),
+        ]) + "\n"  # fmt: skip
     traced, peak = tracemalloc.get_traced_memory()
     lines = [
         f"resident set: {_resident() / 2**20:.1f} MiB; traced by Python: {traced / 2**20:.1f} MiB (peak "
         f"{peak / 2**20:.1f}); threads: {threading.active_count()}",
+        allocator(),
+        python_allocator(),
         "now:",
         *_grouped(tracemalloc.take_snapshot()),
     ]
@@ -103,8 +185,9 @@ def install() -> None:
     path = os.environ.get("SPECULATOR_PROFILE")
     if not path:
         return
-    tracemalloc.start(6)
-    _peak.start()
+    if os.environ.get("SPECULATOR_PROFILE_MODE", "trace") != "census":
+        tracemalloc.start(6)
+        _peak.start()
 
     def write(signum: int, frame: FrameType | None) -> None:
         Path(path + ".part").write_text(report())

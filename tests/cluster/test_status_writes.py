@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from speculator_operator.api.common import GROUP, VERSION
-from speculator_operator.controllers import kube
+from speculator_operator.controllers import kube, metrics
 
 from .conftest import Cluster, get
 
@@ -36,15 +36,15 @@ def test_a_stale_writer_does_not_overturn_a_condition_it_did_not_change(
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     rolling = {"phase": "Deploying", "readyReplicas": 0,
                "conditions": [cond("Ready", "False", "RollingOut", "0/1 replicas of revision r1 ready")]}  # fmt: skip
-    kube.write_status(PLURAL, namespace, "shared", {}, rolling)
+    kube.write_status(PLURAL, namespace, "shared", {}, rolling, "reconcile")
     # the child event's writer: the rollout finished
     ready = {**rolling, "phase": "Ready", "readyReplicas": 1,
              "conditions": [cond("Ready", "True", "Ready", "1/1 replicas of revision r1 ready")]}  # fmt: skip
-    kube.write_status(PLURAL, namespace, "shared", rolling, ready)
+    kube.write_status(PLURAL, namespace, "shared", rolling, ready, "child")
     # a timer that read the object before that: it adds its own condition to its (stale) copy
     stale = copy.deepcopy(rolling)
     judged = {**stale, "conditions": [*stale["conditions"], cond("SpeculationEffective", "Unknown", "NoMetrics")]}
-    kube.write_status(PLURAL, namespace, "shared", stale, judged)
+    kube.write_status(PLURAL, namespace, "shared", stale, judged, "scrape")
 
     status = get(cluster, namespace, "sdep/shared")["status"]
     by_type = {c["type"]: c for c in status["conditions"]}
@@ -55,6 +55,25 @@ def test_a_stale_writer_does_not_overturn_a_condition_it_did_not_change(
     # a writer that does change a condition still changes it, and one that drops a condition drops it
     dropped = {**ready, "conditions": [cond("Ready", "False", "RollingOut", "0/1 replicas of revision r2 ready")]}
     kube.write_status(PLURAL, namespace, "shared", {**ready, "conditions": [*ready["conditions"],
-                      cond("SpeculationEffective", "Unknown", "NoMetrics")]}, dropped)  # fmt: skip
+                      cond("SpeculationEffective", "Unknown", "NoMetrics")]}, dropped, "child")  # fmt: skip
     status = get(cluster, namespace, "sdep/shared")["status"]
     assert [(c["type"], c["status"]) for c in status["conditions"]] == [("Ready", "False")]
+
+    # the operator counts the writes it stored, by cause; one that changes nothing is not a write
+    child = metrics.STATUS_WRITES.labels("SpeculatorDeployment", "child")
+    before = child._value.get()
+    kube.write_status(PLURAL, namespace, "shared", dropped, dropped, "child")
+    assert child._value.get() == before
+    kube.write_status(PLURAL, namespace, "shared", dropped, {**dropped, "readyReplicas": 2}, "child")
+    assert child._value.get() == before + 1
+    assert get(cluster, namespace, "sdep/shared")["status"]["readyReplicas"] == 2
+
+    # a writer whose copy predates a transition that already landed computes the same status, with a
+    # transition time of its own: nothing is written, and the stored transition time stands
+    stored = get(cluster, namespace, "sdep/shared")["status"]
+    resync = metrics.STATUS_WRITES.labels("SpeculatorDeployment", "resync")
+    before = resync._value.get()
+    late = [{**c, "lastTransitionTime": "2026-12-01T07:00:00Z"} for c in stored["conditions"]]
+    kube.write_status(PLURAL, namespace, "shared", ready, {**stored, "conditions": late}, "resync")
+    assert resync._value.get() == before
+    assert get(cluster, namespace, "sdep/shared")["status"] == stored

@@ -29,9 +29,28 @@ def test_the_report_names_the_largest_allocation_first() -> None:
     lines = text.splitlines()
     assert lines[0].startswith("resident set: ")
     assert "traced by Python: " in lines[0]
-    assert lines[1] == "now:"
-    assert "test_profiling" in lines[3], text  # the largest live allocation: the list above
+    assert lines[1].startswith("C allocator: ")
+    assert lines[2].startswith("Python's allocator: ")
+    assert lines[3] == "now:"
+    assert "test_profiling" in lines[5], text  # the largest live allocation: the list above
     assert len(kept) == 4096
+
+
+def test_the_census_counts_live_objects_by_type_without_tracing() -> None:
+    class Kept:
+        pass
+
+    kept = [Kept() for _ in range(50000)]
+    text = report()
+    lines = text.splitlines()
+    assert lines[0].startswith("resident set: ")
+    assert "traced" not in lines[0]
+    assert lines[1].startswith("C allocator: in use ")
+    arenas = int(lines[2].split(": ")[1].split()[0])
+    assert arenas >= 2  # 50,000 objects need more than one arena of 1 MiB
+    rows = {line.split()[-1]: int(line.split()[1]) for line in lines[4:]}
+    assert rows.get("test_the_census_counts_live_objects_by_type_without_tracing.<locals>.Kept", 0) >= 50000, text
+    assert len(kept) == 50000
 
 
 def test_an_allocation_is_owned_by_whoever_asked_the_standard_library() -> None:

@@ -146,8 +146,8 @@ def _observe_inputs(
     return obs
 
 
-def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
-    kube.write_status(PLURAL, namespace, name, old, new)
+def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, Any], cause: str) -> None:
+    kube.write_status(PLURAL, namespace, name, old, new, cause)
 
 
 def deployment_pods(namespace: str, name: str) -> list[dict[str, Any]]:
@@ -168,11 +168,12 @@ def reconcile_status(
     namespace: str,
     uid: str,
     restoring: str | None = None,
+    cause: str = "reconcile",
 ) -> Plan:
     """Observe, plan, write the status, apply the children, post the events: one reconcile of a
     SpeculatorDeployment whose stored status is `status` (also the tuning loop's way to roll a revision).
     `restoring` (why) re-applies children whose rendered form did not change: one was changed by hand; a
-    ChildRestored event says so when that changed something."""
+    ChildRestored event says so when that changed something. `cause` labels its status writes."""
     current = dict(status or {})
     generation = int(meta.get("generation") or 0)
     parsed = parse_spec(SpeculatorDeploymentSpec, spec)
@@ -184,7 +185,7 @@ def reconcile_status(
     p.status = adopt_retrain(current, p.status)
     # status first: the child's events may arrive before this handler returns, and they are
     # interpreted against the revision recorded here
-    write_status(namespace, name, current, p.status)
+    write_status(namespace, name, current, p.status, cause)
     if p.children:
         try:
             changed = apply_children(p.children, force=restoring is not None)
@@ -197,7 +198,7 @@ def reconcile_status(
                 return p
             message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
             failed_apply = apply_failed(p.status, int(meta.get("generation") or 0), message)
-            write_status(namespace, name, p.status, failed_apply)
+            write_status(namespace, name, p.status, failed_apply, cause)
             kopf.event(body, type="Warning", reason="ApplyFailed", message=message[:1024])
             raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from None
     _post(body, p)
@@ -300,7 +301,7 @@ def _poll_inputs(
         return
     action, new_status = verifier_change(parsed, current, resolved, generation)
     if action == "redeploy":
-        p = reconcile_status(body, spec, meta, status, name, namespace, uid)
+        p = reconcile_status(body, spec, meta, status, name, namespace, uid, cause="poll")
         if resolved and retrain_due(parsed, action, p.status, resolved):
             start_retrain(body, parsed, p.status, name, namespace, uid, resolved, generation)
         return
@@ -309,7 +310,7 @@ def _poll_inputs(
             start_retrain(body, parsed, current, name, namespace, uid, resolved, generation)
         return
     if new_status is not None:
-        write_status(namespace, name, current, new_status)
+        write_status(namespace, name, current, new_status, "poll")
         current = new_status
     if holds_for_retrain(current, generation):
         return  # the pair is pinned until the retrained draft is handed over
@@ -322,9 +323,9 @@ def _poll_inputs(
     for type_, reason, message in change.events:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
     if change.action == "redeploy":
-        reconcile_status(body, spec, meta, status, name, namespace, uid)
+        reconcile_status(body, spec, meta, status, name, namespace, uid, cause="poll")
     elif change.status is not None:
-        write_status(namespace, name, current, change.status)
+        write_status(namespace, name, current, change.status, "poll")
 
 
 def start_retrain(body: kopf.Body, spec: SpeculatorDeploymentSpec, status: dict[str, Any], name: str,
@@ -333,7 +334,7 @@ def start_retrain(body: kopf.Body, spec: SpeculatorDeploymentSpec, status: dict[
     try:
         manifest = retrain_job(name, namespace, uid, spec, revision)
     except ValueError as exc:
-        write_status(namespace, name, status, retrain_status(status, generation, None, revision, str(exc)))
+        write_status(namespace, name, status, retrain_status(status, generation, None, revision, str(exc)), "retrain")
         kopf.event(body, type="Warning", reason="RetrainUnavailable", message=str(exc)[:1024])
         return
     job = manifest["metadata"]["name"]
@@ -345,7 +346,7 @@ def start_retrain(body: kopf.Body, spec: SpeculatorDeploymentSpec, status: dict[
     except ApiException as exc:
         if exc.status != 409:  # 409: created before (a restart, or the last poll)
             raise
-    write_status(namespace, name, status, retrain_status(status, generation, job, revision, None))
+    write_status(namespace, name, status, retrain_status(status, generation, job, revision, None), "retrain")
 
 
 @kopf.on.event(GROUP, VERSION, TRAIN_JOBS)
@@ -366,7 +367,7 @@ def train_job_changed(*, body: kopf.Body, namespace: str | None, **_: Any) -> No
             continue  # already serving it
         obj = kopf.Body(cast(kopf.RawBody, item))
         meta = item["metadata"]
-        reconcile_status(obj, obj.spec, obj.meta, obj.status, meta["name"], namespace, meta["uid"])
+        reconcile_status(obj, obj.spec, obj.meta, obj.status, meta["name"], namespace, meta["uid"], cause="trainjob")
 
 
 def refresh_owner(namespace: str, owner: str, child: dict[str, Any] | None) -> None:
@@ -388,7 +389,7 @@ def refresh_owner(namespace: str, owner: str, child: dict[str, Any] | None) -> N
     if needs_pods(status) and not serving_status(parsed, status.get("revision"), child)["ready"]:
         pods = deployment_pods(namespace, owner)  # a stuck pod's own words: only while it is not rolled out
     generation = int(parent["metadata"]["generation"])
-    write_status(namespace, owner, status, refresh_serving(parsed, status, child, generation, pods))
+    write_status(namespace, owner, status, refresh_serving(parsed, status, child, generation, pods), "child")
 
 
 _children = {"app.kubernetes.io/managed-by": MANAGED_BY, "speculators.dev/deployment": kopf.PRESENT}
@@ -412,7 +413,9 @@ def restore(namespace: str, owner: str, child: dict[str, Any] | None, what: str)
     if obj.meta.get("deletionTimestamp") or holds_for_retrain(dict(obj.status), int(obj.meta.get("generation") or 0)):
         return False
     with metrics.reconciling("SpeculatorDeployment"):
-        reconcile_status(obj, obj.spec, obj.meta, obj.status, owner, namespace, obj.meta["uid"], restoring=what)
+        reconcile_status(
+            obj, obj.spec, obj.meta, obj.status, owner, namespace, obj.meta["uid"], restoring=what, cause="restore"
+        )
     if child is not None:
         uid = child["metadata"]["uid"]
         now = read_child(child["apiVersion"], child["kind"], namespace, child["metadata"]["name"])
@@ -501,4 +504,4 @@ def _resync(body: kopf.Body) -> None:
     pods = deployment_pods(namespace, name) if needs_pods(current) else None
     generation = int(body.meta.get("generation") or 0)
     write_status(namespace, name, current, refresh_serving(parsed, current, current_child(namespace, name),
-                                                           generation, pods))  # fmt: skip
+                                                           generation, pods), "resync")  # fmt: skip

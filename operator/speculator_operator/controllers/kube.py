@@ -11,6 +11,8 @@ import hashlib
 import json
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
@@ -20,13 +22,16 @@ from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.resource import Resource
 
 from speculator_operator.api.common import GROUP, VERSION
+from speculator_operator.controllers import metrics
 from speculator_operator.reconcile import merge_patch
 
 FIELD_MANAGER = "speculator-operator"
 APPLIED = "speculators.dev/applied-hash"
 RETRY_SECONDS = 30
+KINDS = {"speculatordeployments": "SpeculatorDeployment", "speculatortrainjobs": "SpeculatorTrainJob"}
 log = logging.getLogger(__name__)
 
 
@@ -73,11 +78,23 @@ def _reporting(fn: Callable[..., Any], *args: Any) -> Any:
         return None
 
 
+def waited(lane: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, counting in the lane's wait histogram the time from now until a thread of the pool starts it."""
+    queued = time.monotonic()
+
+    def run(*args: Any) -> Any:
+        metrics.LANE_WAIT.labels(lane).observe(time.monotonic() - queued)
+        return fn(*args)
+
+    return run
+
+
 async def in_child_lane(fn: Callable[..., Any], *args: Any) -> Any:
     """Run `fn(*args)` in the child-event pool, with kopf's context (its event poster, its settings); an API
     server that does not answer is one warning line, not a traceback."""
     context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(CHILD_LANE, context.run, _reporting, fn, *args)
+    work = waited("child", _reporting)
+    return await asyncio.get_running_loop().run_in_executor(CHILD_LANE, context.run, work, fn, *args)
 
 
 @functools.cache
@@ -90,6 +107,24 @@ def api() -> client.ApiClient:
         int(os.environ.get("SPECULATOR_WORKERS", "32")) + CHILD_WORKERS + PERIODIC_WORKERS + 8
     )
     return client.ApiClient(configuration)
+
+
+_discovery = threading.Lock()
+
+
+@functools.cache
+def resource_for(api_version: str, kind: str) -> Resource:
+    """The dynamic client's handle on a kind, looked up once per process. A DynamicClient reads the discovery
+    cache file and asks the API server for its version each time one is made: made per apply, a burst of
+    reconciles did that on every handler thread at once. Its lazy discovery updates shared state, so the
+    lookups take turns."""
+    with _discovery:
+        return cast(Resource, _dynamic().resources.get(api_version=api_version, kind=kind))
+
+
+@functools.cache
+def _dynamic() -> DynamicClient:
+    return DynamicClient(api())
 
 
 class CredentialsError(Exception):
@@ -119,7 +154,7 @@ def current_child(namespace: str, name: str) -> dict[str, Any] | None:
 
 def read_child(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     """A child as the API server has it now (managed fields included), or None when it does not exist."""
-    resource = DynamicClient(api()).resources.get(api_version=api_version, kind=kind)
+    resource = resource_for(api_version, kind)
     try:
         obj: dict[str, Any] = resource.get(name=name, namespace=namespace).to_dict()
     except ApiException as exc:
@@ -143,14 +178,13 @@ def apply_children(children: list[dict[str, Any]], force: bool = False) -> int:
     """Server-side apply each child whose rendered form changed (every child with `force`: one changed by
     hand keeps our annotation but not our values); returns how many the API server changed (an apply
     that changes nothing leaves the resourceVersion as it was)."""
-    dyn = DynamicClient(api())
     changed = 0
     # the Deployment last: once its pods are ready the object reports Ready, so the rest must exist by then
     for child in sorted(children, key=lambda c: c["kind"] == "Deployment"):
         digest = _applied_hash(child)
         body = json.loads(json.dumps(child))
         body["metadata"].setdefault("annotations", {})[APPLIED] = digest
-        resource = dyn.resources.get(api_version=child["apiVersion"], kind=child["kind"])
+        resource = resource_for(child["apiVersion"], child["kind"])
         meta = child["metadata"]
         version = None
         try:
@@ -181,30 +215,40 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
-def write_status(plural: str, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+def write_status(plural: str, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any], cause: str) -> None:
     """Patch what changed from `old` to `new`. Several writers share one status (the reconcile, the child
     events, the timers) and a timer's `old` may be stale: the top-level keys it did not change are not sent,
     and the conditions (one list, which a merge patch replaces whole) are merged by type into the list the
     API server has now, sent with that resourceVersion as a precondition (a conflict reads it again). A
-    stale writer thus cannot overturn a condition it did not change."""
+    stale writer thus cannot overturn a condition it did not change. `cause` (what asked for the write) labels
+    the operator's count of its status writes."""
     delta = status_patch(old, new)
     if not delta:
         return
+    log.debug("%s/%s: status write (%s): %s", namespace, name, cause, ", ".join(sorted(delta)))
     objects = client.CustomObjectsApi(api())
     if "conditions" not in delta:
         objects.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name, {"status": delta})
+        metrics.STATUS_WRITES.labels(KINDS[plural], cause).inc()
         return
     changes = condition_changes(old.get("conditions") or [], new.get("conditions") or [])
     for attempt in range(5):
         read = objects.get_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name)
         fresh = cast(dict[str, Any], read)
-        now = (fresh.get("status") or {}).get("conditions") or []
+        stored = fresh.get("status") or {}
+        now = stored.get("conditions") or []
+        conditions = apply_condition_changes(now, changes)
+        if conditions == now and all(
+            merged(stored.get(k), v) == stored.get(k) for k, v in delta.items() if k != "conditions"
+        ):
+            return  # a writer with a stale copy: what it would write is already stored
         body = {
             "metadata": {"resourceVersion": fresh["metadata"]["resourceVersion"]},
-            "status": {**delta, "conditions": apply_condition_changes(now, changes)},
+            "status": {**delta, "conditions": conditions},
         }
         try:
             objects.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name, body)
+            metrics.STATUS_WRITES.labels(KINDS[plural], cause).inc()
             return
         except ApiException as exc:
             if exc.status != 409 or attempt == 4:
@@ -223,11 +267,31 @@ def condition_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> d
 def apply_condition_changes(
     current: list[dict[str, Any]], changes: dict[str, dict[str, Any] | None]
 ) -> list[dict[str, Any]]:
-    """`current` with `changes` applied by type (order kept, new types appended, None removing one)."""
-    merged = [changes.get(str(c.get("type")), c) for c in current]
+    """`current` with `changes` applied by type (order kept, new types appended, None removing one). A
+    condition whose status is the one stored keeps the stored lastTransitionTime: a writer with a stale copy
+    saw a transition that had already happened, and the time it happened stands."""
+    out = []
+    for c in current:
+        change = changes.get(str(c.get("type")), c)
+        if change is not None and change is not c and change.get("status") == c.get("status"):
+            change = {**change, "lastTransitionTime": c.get("lastTransitionTime", change.get("lastTransitionTime"))}
+        out.append(change)
     seen = {str(c.get("type")) for c in current}
-    merged += [c for t, c in changes.items() if t not in seen]
-    return [c for c in merged if c is not None]
+    out += [c for t, c in changes.items() if t not in seen]
+    return [c for c in out if c is not None]
+
+
+def merged(target: Any, patch: Any) -> Any:
+    """A JSON merge patch (RFC 7386) applied to `target`."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merged(out.get(k), v)
+    return out
 
 
 def api_message(exc: ApiException) -> str:

@@ -27,6 +27,17 @@ RECONCILE_SECONDS = Histogram(
 )
 AUDITS = Counter("speculator_audits", "Checkpoint audits by kind and outcome (passed, failed)", ("kind", "outcome"))
 FINDINGS = Counter("speculator_audit_findings", "Audit findings by rule and severity", ("rule", "severity"))
+STATUS_WRITES = Counter(
+    "speculator_status_writes",
+    "Status patches stored, by kind and cause (reconcile, child, scrape, poll, resync, retrain, tuning, retention)",
+    ("kind", "cause"),
+)
+LANE_WAIT = Histogram(
+    "speculator_lane_wait_seconds",
+    "How long work waited for a thread of its pool (child events, periodic jobs, reconciles)",
+    ("lane",),
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+)
 STAGE_SECONDS = Histogram(
     "speculator_trainjob_stage_duration_seconds",
     "Train-job stage durations (the stage Job's start to its end) by stage and outcome",

@@ -24,14 +24,14 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
 from speculator_operator.api.common import GROUP, VERSION
-from speculator_operator.controllers.kube import PERIODIC_WORKERS, RETRY_SECONDS, unreachable
+from speculator_operator.controllers.kube import PERIODIC_WORKERS, RETRY_SECONDS, unreachable, waited
 from speculator_operator.reconcile.schedule import Every, Generations
 
 TICK_SECONDS = 1.0
@@ -65,6 +65,7 @@ _tasks: set[asyncio.Task[None]] = set()
 _locks: dict[str, threading.Lock] = {}
 _guard = threading.Lock()
 _task: asyncio.Task[None] | None = None
+_pool: Executor | None = None  # kopf's handler pool (settings.execution), taken at startup
 
 
 def every(plural: str, *, interval: float, initial: float | None = None, idle: float = 0.0) -> Callable[[Job], Job]:
@@ -80,7 +81,8 @@ def every(plural: str, *, interval: float, initial: float | None = None, idle: f
 
 def reconciler(plural: str) -> Callable[[Callable[[kopf.Body], None]], Callable[[kopf.Body], None]]:
     """The decorated `fn(body)` reconciles each generation of each object of `plural` once (and at start),
-    in kopf's handler pool; it raises kopf.TemporaryError (or anything) to be retried."""
+    in kopf's handler pool; it raises kopf.TemporaryError (or anything) to be retried. An event that brings
+    nothing to reconcile is told apart in the event loop, without a thread."""
 
     def register(fn: Callable[[kopf.Body], None]) -> Callable[[kopf.Body], None]:
         _track(plural)
@@ -88,9 +90,14 @@ def reconciler(plural: str) -> Callable[[Callable[[kopf.Body], None]], Callable[
         _generations[plural] = Generations()
 
         @kopf.on.event(GROUP, VERSION, plural)
-        def _reconcile(*, body: kopf.Body, type: str | None, **_: Any) -> None:
-            if type != "DELETED":
-                reconcile(plural, body)
+        async def _reconcile(*, body: kopf.Body, type: str | None, **_: Any) -> None:
+            # most events are the operator's own status writes: told apart here, in the loop, they do not
+            # wait for a free handler thread (and hold up the object's next event) to find nothing to do
+            if type == "DELETED" or not _due(plural, body):
+                return
+            context = contextvars.copy_context()
+            work = waited("reconcile", reconcile)
+            await asyncio.get_running_loop().run_in_executor(_pool, context.run, work, plural, body)
 
         return fn
 
@@ -156,6 +163,14 @@ def latest(plural: str, uid: str) -> kopf.Body | None:
     return found.body if found else None
 
 
+def _due(plural: str, body: kopf.Body) -> bool:
+    meta = body.get("metadata") or {}
+    uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 0)
+    if meta.get("deletionTimestamp"):
+        return bool(uid) and uid in _generations[plural].failed  # reconcile() drops its retry
+    return bool(uid) and _generations[plural].wants(uid, generation, time.monotonic())
+
+
 def reconcile(plural: str, body: kopf.Body) -> None:
     """Reconcile `body` if its generation is not handled yet (or its retry is due); one at a time per object."""
     meta = body.get("metadata") or {}
@@ -189,7 +204,7 @@ def reconcile(plural: str, body: kopf.Body) -> None:
 async def in_lane(fn: Callable[..., Any], *args: Any) -> Any:
     """Run `fn(*args)` in the periodic pool, with kopf's context (its event poster, its settings)."""
     context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(PERIODIC_LANE, context.run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(PERIODIC_LANE, context.run, waited("periodic", fn), *args)
 
 
 def _start() -> None:
@@ -199,11 +214,11 @@ def _start() -> None:
 
 
 @kopf.on.startup()
-def reset(**_: Any) -> None:
+def reset(settings: kopf.OperatorSettings, **_: Any) -> None:
     """A fresh start: every object is reconciled again when seen, as kopf's resume did (an operator
     restarted in the same process, as the tests do, starts from nothing as well)."""
-    global _task
-    _task = None
+    global _task, _pool
+    _task, _pool = None, settings.execution.executor
     for objects in _objects.values():
         objects.clear()
     for generations in _generations.values():

@@ -93,7 +93,7 @@ def prune_outputs(
         kopf.event(body, type="Warning", reason="PruneFailed", message=message)
         return
     after = {**status, "retention": retention_status(keep, delete, kept)}
-    kube.write_status("speculatortrainjobs", namespace, name, status, after)
+    kube.write_status("speculatortrainjobs", namespace, name, status, after, "retention")
     if delete:
         message = f"deleted {len(delete)} published folder(s) beyond the newest {keep}: {', '.join(delete)}"
         kopf.event(body, type="Normal", reason="Pruned", message=message[:1024])

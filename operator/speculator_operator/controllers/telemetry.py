@@ -291,7 +291,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
         # `current` is kopf's copy from when the timer fired, possibly stale: the shared status writer merges
         # the conditions by type rather than replacing the list with this copy's
         new = {k: v for k, v in {**current, **update.status}.items() if v is not None}
-        await periodic.in_lane(deployment.write_status, namespace, name, current, new)
+        await periodic.in_lane(deployment.write_status, namespace, name, current, new, "scrape")
     for type_, reason, message in events:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
 
@@ -308,5 +308,5 @@ def _roll_out(
 ) -> None:
     """A tuned revision: write the tuned state, then reconcile as for any new revision (audit, render,
     apply: the coherent-revision path an upgrade takes)."""
-    deployment.write_status(namespace, name, current, new)
-    deployment.reconcile_status(body, spec, meta, new, name, namespace, uid)
+    deployment.write_status(namespace, name, current, new, "tuning")
+    deployment.reconcile_status(body, spec, meta, new, name, namespace, uid, cause="tuning")
