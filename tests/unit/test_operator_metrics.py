@@ -79,3 +79,24 @@ def test_stage_durations_come_from_the_stages_that_finished_in_this_pass() -> No
     metrics.stages_finished(old, new)
     assert value("speculator_trainjob_stage_duration_seconds_sum", stage="prepare", outcome="succeeded") >= 60.0
     assert value("speculator_audits_total", kind="SpeculatorTrainJob", outcome="failed") == audits + 1
+
+
+def test_a_pool_wait_is_the_time_from_submitting_until_a_thread_starts_the_work() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Event
+
+    from speculator_operator.controllers.kube import waited
+
+    count = "speculator_lane_wait_seconds_count"
+    slow = "speculator_lane_wait_seconds_bucket"
+    before = value(count, lane="test"), value(slow, lane="test", le="0.05")
+    release = Event()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        busy = pool.submit(release.wait)  # the only thread is taken
+        queued = pool.submit(waited("test", lambda x: x * 2), 21)
+        assert not release.wait(0.3)  # held for 0.3 s before the queued work can start
+        release.set()
+        busy.result()
+        assert queued.result() == 42
+    assert value(count, lane="test") == before[0] + 1
+    assert value(slow, lane="test", le="0.05") == before[1]  # it waited longer than 50 ms: not in that bucket

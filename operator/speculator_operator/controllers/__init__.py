@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import kopf
@@ -27,8 +26,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 270
-    # handlers wait on the API server and S3, not on the CPU: more threads than the default cpus + 4
-    settings.execution.max_workers = int(os.environ.get("SPECULATOR_WORKERS", "32"))
+    # the reconciles (audits, applies) wait on the API server and S3 more than on the CPU
+    settings.execution.max_workers = kube.HANDLER_WORKERS
     # the operator's own /metrics: acceptance per deployment, scrape outcomes (telemetry.py), its work
     metrics.serve()
     metrics.LEADER.set(1)

@@ -350,11 +350,16 @@ def start_retrain(body: kopf.Body, spec: SpeculatorDeploymentSpec, status: dict[
 
 
 @kopf.on.event(GROUP, VERSION, TRAIN_JOBS)
-def train_job_changed(*, body: kopf.Body, namespace: str | None, **_: Any) -> None:
-    """A train job finished: the deployments serving its output (speculator.fromTrainJob) move now."""
+async def train_job_changed(*, body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    """A train job finished: the deployments serving its output (speculator.fromTrainJob) move now. Any
+    other event is told apart in the event loop (a plain function would wait for a thread to find that)."""
     phase = (body.get("status") or {}).get("phase")
     if namespace is None or phase not in ("Succeeded", "Failed"):
         return
+    await in_child_lane(_train_job_finished, body, namespace, phase)
+
+
+def _train_job_finished(body: kopf.Body, namespace: str, phase: str) -> None:
     job = body.get("metadata", {}).get("name")
     objects = client.CustomObjectsApi(api())
     listed = cast(dict[str, Any], objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))
