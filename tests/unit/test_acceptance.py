@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from speculator_operator.economics import alpha_from_mean_length, break_even_alpha, expected_tokens, speedup
-from speculator_operator.reconcile import merge_patch
+from speculator_operator.reconcile import apply_merge_patch, merge_patch
 from speculator_operator.reconcile.acceptance import (
     Economics,
     MetricsError,
@@ -199,3 +199,12 @@ def test_merge_patch_removes_what_is_gone() -> None:
     new = {"rate": 0.5, "pods": {"counted": 2}}
     assert merge_patch(old, new) == {"rate": 0.5, "note": None, "pods": {"counted": 2, "failing": None}}
     assert merge_patch(None, new) == new
+
+
+def test_a_merge_patch_applied_gives_what_it_was_made_from() -> None:
+    old = {"rate": 0.4, "note": "few samples", "pods": {"counted": 1, "failing": 1}, "k": [1, 2]}
+    new = {"rate": 0.5, "pods": {"counted": 2}, "k": [3]}
+    assert apply_merge_patch(old, merge_patch(old, new)) == new
+    assert apply_merge_patch(old, {}) == old  # nothing to change
+    assert apply_merge_patch(None, {"a": {"b": None, "c": 1}}) == {"a": {"c": 1}}
+    assert apply_merge_patch({"a": 1}, 2) == 2  # a value that is not an object replaces the target

@@ -26,7 +26,7 @@ from kubernetes.dynamic.resource import Resource
 
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.controllers import metrics
-from speculator_operator.reconcile import merge_patch
+from speculator_operator.reconcile import apply_merge_patch, merge_patch
 
 FIELD_MANAGER = "speculator-operator"
 APPLIED = "speculators.dev/applied-hash"
@@ -241,7 +241,7 @@ def write_status(plural: str, namespace: str, name: str, old: dict[str, Any], ne
         now = stored.get("conditions") or []
         conditions = apply_condition_changes(now, changes)
         if conditions == now and all(
-            merged(stored.get(k), v) == stored.get(k) for k, v in delta.items() if k != "conditions"
+            apply_merge_patch(stored.get(k), v) == stored.get(k) for k, v in delta.items() if k != "conditions"
         ):
             return  # a writer with a stale copy: what it would write is already stored
         body = {
@@ -281,19 +281,6 @@ def apply_condition_changes(
     seen = {str(c.get("type")) for c in current}
     out += [c for t, c in changes.items() if t not in seen]
     return [c for c in out if c is not None]
-
-
-def merged(target: Any, patch: Any) -> Any:
-    """A JSON merge patch (RFC 7386) applied to `target`."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merged(out.get(k), v)
-    return out
 
 
 def api_message(exc: ApiException) -> str:

@@ -42,3 +42,17 @@ def merge_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[s
         elif isinstance(value, Mapping) and isinstance(new[key], Mapping):
             out[key] = merge_patch(value, new[key])
     return out
+
+
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """A JSON merge patch (RFC 7386) applied to `target`: what the API server would store (merge_patch's
+    inverse: apply_merge_patch(old, merge_patch(old, new)) == new)."""
+    if not isinstance(patch, Mapping):
+        return patch
+    out = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = apply_merge_patch(out.get(key), value)
+    return out
