@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
@@ -28,7 +27,6 @@ from speculator_operator.controllers.kube import (
     FIELD_MANAGER,
     RETRY_SECONDS,
     CredentialsError,
-    api,
     api_message,
     apply_children,
     current_child,
@@ -70,13 +68,7 @@ log = logging.getLogger(__name__)
 
 
 def read_train_job(namespace: str, job: str) -> dict[str, Any] | None:
-    try:
-        return cast(dict[str, Any], client.CustomObjectsApi(api()).get_namespaced_custom_object(
-            GROUP, VERSION, namespace, TRAIN_JOBS, job))  # fmt: skip
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
+    return kube.read_custom(TRAIN_JOBS, namespace, job)
 
 
 def _draft_location(spec: SpeculatorDeploymentSpec, namespace: str) -> tuple[str, str | None, bool] | Problem:
@@ -339,8 +331,7 @@ def start_retrain(body: kopf.Body, spec: SpeculatorDeploymentSpec, status: dict[
         return
     job = manifest["metadata"]["name"]
     try:
-        client.CustomObjectsApi(api()).create_namespaced_custom_object(GROUP, VERSION, namespace, TRAIN_JOBS,
-                                                                       manifest)  # fmt: skip
+        kube.create_custom(TRAIN_JOBS, namespace, manifest)
         message = f"SpeculatorTrainJob {job} for verifier {revision}"
         kopf.event(body, type="Normal", reason="Retraining", message=message)
     except ApiException as exc:
@@ -361,9 +352,7 @@ async def train_job_changed(*, body: kopf.Body, namespace: str | None, **_: Any)
 
 def _train_job_finished(body: kopf.Body, namespace: str, phase: str) -> None:
     job = body.get("metadata", {}).get("name")
-    objects = client.CustomObjectsApi(api())
-    listed = cast(dict[str, Any], objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))
-    for item in listed.get("items", []):
+    for item in kube.list_custom(PLURAL, namespace):
         if ((item.get("spec") or {}).get("speculator") or {}).get("fromTrainJob") != job:
             continue
         if phase == "Succeeded" and (item.get("status") or {}).get("draftSource") == (
@@ -378,13 +367,9 @@ def _train_job_finished(body: kopf.Body, namespace: str, phase: str) -> None:
 def refresh_owner(namespace: str, owner: str, child: dict[str, Any] | None) -> None:
     """Refresh the owner's replica counts and readiness from its child Deployment (and, while it rolls
     out, the pods' own words)."""
-    objects = client.CustomObjectsApi(api())
-    try:
-        parent = cast(dict[str, Any], objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, owner))
-    except ApiException as exc:
-        if exc.status == 404:
-            return
-        raise
+    parent = kube.read_custom(PLURAL, namespace, owner)
+    if parent is None:
+        return
     try:
         parsed = SpeculatorDeploymentSpec.model_validate(parent.get("spec") or {})
     except ValidationError:
@@ -408,12 +393,9 @@ _theirs: dict[str, str] = {}
 def restore(namespace: str, owner: str, child: dict[str, Any] | None, what: str) -> bool:
     """A child was deleted or changed by hand (`what` says which and by whom): reconcile its owner,
     re-applying every child. False when there is no owner to restore for (it is being deleted)."""
-    try:
-        raw = client.CustomObjectsApi(api()).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, owner)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
+    raw = kube.read_custom(PLURAL, namespace, owner)
+    if raw is None:
+        return False
     obj = kopf.Body(cast(kopf.RawBody, raw))
     if obj.meta.get("deletionTimestamp") or holds_for_retrain(dict(obj.status), int(obj.meta.get("generation") or 0)):
         return False

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, cast
+from typing import Any
 
 import kopf
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint.manifest import LATEST, PROVENANCE
 from speculator_operator.checkpoint.sources import s3_client
 from speculator_operator.controllers import kube
-from speculator_operator.controllers.kube import CredentialsError, api, secret_data
+from speculator_operator.controllers.kube import CredentialsError, secret_data
 from speculator_operator.reconcile.retention import PUBLISHED, Published, prunable, references, retention_status
 from speculator_operator.render.serving import MANAGED_BY
 
@@ -61,14 +59,11 @@ def _delete_folder(s3: Any, bucket: str, key_prefix: str) -> None:
 
 
 def _cluster_references(pointer: str | None) -> set[str]:
-    serialize = api().sanitize_for_serialization
-    replicasets = client.AppsV1Api(api()).list_replica_set_for_all_namespaces(
-        label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}"
-    )
-    objects = client.CustomObjectsApi(api())
-    jobs = cast(dict[str, Any], objects.list_cluster_custom_object(GROUP, VERSION, "speculatortrainjobs"))
-    deps = cast(dict[str, Any], objects.list_cluster_custom_object(GROUP, VERSION, "speculatordeployments"))
-    return references([serialize(r) for r in replicasets.items], jobs.get("items", []), deps.get("items", []), pointer)
+    managed = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+    replicasets = kube.list_objects("apps/v1", "ReplicaSet", label_selector=managed)
+    jobs = kube.list_custom("speculatortrainjobs")
+    deps = kube.list_custom("speculatordeployments")
+    return references(replicasets, jobs, deps, pointer)
 
 
 def prune_outputs(

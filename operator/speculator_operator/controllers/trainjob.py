@@ -14,17 +14,14 @@ import threading
 from typing import Any, cast
 
 import kopf
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint import CheckpointError, read_verifier
 from speculator_operator.controllers import kube, metrics, periodic
 from speculator_operator.controllers.kube import (
     RETRY_SECONDS,
     CredentialsError,
-    api,
     api_message,
     apply_children,
     in_child_lane,
@@ -76,23 +73,20 @@ def _terminated(pod: dict[str, Any]) -> tuple[str | None, str | None]:
 
 def observe_children(namespace: str, name: str, obs: Observed) -> None:
     selector = f"{LABEL}={name}"
-    serialize = api().sanitize_for_serialization
-    jobs = client.BatchV1Api(api()).list_namespaced_job(namespace, label_selector=selector)
-    for job in map(serialize, jobs.items):
+    for job in kube.list_objects("batch/v1", "Job", namespace, label_selector=selector):
         stage = (job["metadata"].get("labels") or {}).get("speculators.dev/stage")
         if stage:
             obs.jobs[stage] = job
-    deployments = client.AppsV1Api(api()).list_namespaced_deployment(namespace, label_selector=selector)
-    for dep in map(serialize, deployments.items):
+    for dep in kube.list_objects("apps/v1", "Deployment", namespace, label_selector=selector):
         role = (dep["metadata"].get("labels") or {}).get("speculators.dev/stage")
         if role in SERVER_ROLES:
             obs.servers[role] = dep
     if not obs.jobs:
         return
-    pods = client.CoreV1Api(api()).list_namespaced_pod(namespace, label_selector=selector)
+    pods = kube.list_pods(namespace, selector)
     latest_fail: dict[str, str] = {}
     with_pods: set[str] = set()
-    for pod in (serialize(p) for p in pods.items):
+    for pod in pods:
         stage = (pod["metadata"].get("labels") or {}).get("speculators.dev/stage")
         phase = (pod.get("status") or {}).get("phase")
         if stage not in obs.jobs:
@@ -123,8 +117,7 @@ def refused_pods(namespace: str, job: dict[str, Any]) -> tuple[str, str] | None:
     """A Job with no pod at all: what its FailedCreate events say (the API server may be refusing them)."""
     meta = job["metadata"]
     selector = f"involvedObject.uid={meta['uid']},reason=FailedCreate"
-    events = client.CoreV1Api(api()).list_namespaced_event(namespace, field_selector=selector).items
-    return refused_creation(meta["name"], [api().sanitize_for_serialization(e) for e in events])
+    return refused_creation(meta["name"], kube.list_objects("v1", "Event", namespace, field_selector=selector))
 
 
 def observe(
@@ -158,31 +151,17 @@ def observe(
 
 def delete_children(namespace: str, items: list[tuple[str, str, str]]) -> None:
     for api_version, kind, child in items:
-        try:
-            if kind == "Deployment":
-                client.AppsV1Api(api()).delete_namespaced_deployment(child, namespace)
-            elif kind == "Service":
-                client.CoreV1Api(api()).delete_namespaced_service(child, namespace)
-            else:
-                raise ValueError(f"not a server kind: {api_version} {kind}")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        if kind not in ("Deployment", "Service"):
+            raise ValueError(f"not a server kind: {api_version} {kind}")
+        kube.delete_object(api_version, kind, namespace, child)
 
 
 def hand_off(namespace: str, name: str, spec: SpeculatorTrainJobSpec, target: str, uri: str) -> tuple[str, str]:
     """Point the SpeculatorDeployment `target` at the published checkpoint: (reason, message)."""
-    objects = client.CustomObjectsApi(api())
-    try:
-        sdep = cast(dict[str, Any], objects.get_namespaced_custom_object(GROUP, VERSION, namespace, DEPLOYMENTS,
-                                                                          target))  # fmt: skip
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        sdep = None
+    sdep = kube.read_custom(DEPLOYMENTS, namespace, target)
     reason, message, patch = handoff_patch(sdep, name, target, uri, spec.output.credentials)
     if patch is not None:
-        objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, DEPLOYMENTS, target, patch)
+        kube.patch_custom(DEPLOYMENTS, namespace, target, patch)
     return reason, message
 
 
@@ -214,13 +193,9 @@ def reconcile_object(body: dict[str, Any]) -> Plan | None:
 
 def _pass(namespace: str, name: str) -> Plan | None:
     # the stored object now: an event may carry an older status than the last write
-    try:
-        body = cast(dict[str, Any], client.CustomObjectsApi(api()).get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name))  # fmt: skip
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
+    body = kube.read_custom(PLURAL, namespace, name)
+    if body is None:
+        return None
     if body["metadata"].get("deletionTimestamp"):
         return None
     with metrics.reconciling("SpeculatorTrainJob"):
