@@ -26,7 +26,7 @@ from kubernetes.dynamic.resource import Resource
 
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.controllers import metrics
-from speculator_operator.reconcile import apply_merge_patch, merge_patch
+from speculator_operator.reconcile import apply_condition_changes, apply_merge_patch, condition_changes, merge_patch
 
 FIELD_MANAGER = "speculator-operator"
 APPLIED = "speculators.dev/applied-hash"
@@ -303,32 +303,6 @@ def write_status(plural: str, namespace: str, name: str, old: dict[str, Any], ne
         except ApiException as exc:
             if exc.status != 409 or attempt == 4:
                 raise
-
-
-def condition_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
-    """{type: the condition as `new` has it, or None where `new` dropped it}, for the types that differ."""
-    before = {str(c.get("type")): c for c in old}
-    after = {str(c.get("type")): c for c in new}
-    out: dict[str, dict[str, Any] | None] = {t: c for t, c in after.items() if before.get(t) != c}
-    out.update({t: None for t in before if t not in after})
-    return out
-
-
-def apply_condition_changes(
-    current: list[dict[str, Any]], changes: dict[str, dict[str, Any] | None]
-) -> list[dict[str, Any]]:
-    """`current` with `changes` applied by type (order kept, new types appended, None removing one). A
-    condition whose status is the one stored keeps the stored lastTransitionTime: a writer with a stale copy
-    saw a transition that had already happened, and the time it happened stands."""
-    out = []
-    for c in current:
-        change = changes.get(str(c.get("type")), c)
-        if change is not None and change is not c and change.get("status") == c.get("status"):
-            change = {**change, "lastTransitionTime": c.get("lastTransitionTime", change.get("lastTransitionTime"))}
-        out.append(change)
-    seen = {str(c.get("type")) for c in current}
-    out += [c for t, c in changes.items() if t not in seen]
-    return [c for c in out if c is not None]
 
 
 def api_message(exc: ApiException) -> str:
