@@ -9,6 +9,16 @@ from typing import Any
 import kopf
 
 from speculator_operator.controllers import deployment, kube, metrics, telemetry, trainjob  # noqa: F401  (registers the handlers)
+from speculator_operator.render.serving import MANAGED_BY
+
+# the kinds of the operator's children it watches (group, plural; all at v1)
+CHILD_KINDS = (
+    ("", "pods"),
+    ("", "services"),
+    ("apps", "deployments"),
+    ("batch", "jobs"),
+    ("policy", "poddisruptionbudgets"),
+)
 
 
 @kopf.on.login()
@@ -26,9 +36,18 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 270
+    watch_only_children(settings)
     # the reconciles (audits, applies) wait on the API server and S3 more than on the CPU
     settings.execution.max_workers = kube.HANDLER_WORKERS
     # the operator's own /metrics: acceptance per deployment, scrape outcomes (telemetry.py), its work
     metrics.serve()
     metrics.LEADER.set(1)
     kube.load_config()
+
+
+def watch_only_children(settings: kopf.OperatorSettings) -> None:
+    """The child kinds' handlers take only the operator's own (by label): asked of the API server, not only
+    filtered by kopf once decoded, or every pod, Deployment, Service, PDB and Job in the cluster comes over
+    the watch, is decoded, and waits in its object's queue to be dropped."""
+    for group, plural in CHILD_KINDS:
+        settings.watching.label_selectors[group, "v1", plural] = f"app.kubernetes.io/managed-by={MANAGED_BY}"
