@@ -16,6 +16,7 @@ from speculator_operator.reconcile.acceptance import (
     acceptance_status,
     changed_materially,
     effective_condition,
+    first_measure_due,
     increment,
     parse_sample,
 )
@@ -208,3 +209,18 @@ def test_a_merge_patch_applied_gives_what_it_was_made_from() -> None:
     assert apply_merge_patch(old, {}) == old  # nothing to change
     assert apply_merge_patch(None, {"a": {"b": None, "c": 1}}) == {"a": {"c": 1}}
     assert apply_merge_patch({"a": 1}, 2) == 2  # a value that is not an object replaces the target
+
+
+def test_the_first_measure_waits_for_the_resources_ready_or_a_whole_interval_of_a_ready_pod() -> None:
+    deploying = {"phase": "Deploying"}
+    # no ready pod: nothing to measure
+    assert not first_measure_due(deploying, False, None, 100.0, 30.0)
+    assert not first_measure_due({"phase": "Ready"}, False, None, 100.0, 30.0)
+    # a pod just turned ready while the resource still rolls out: not yet
+    assert not first_measure_due(deploying, True, 100.0, 100.0, 30.0)
+    assert not first_measure_due(deploying, True, 80.0, 100.0, 30.0)
+    # the resource is Ready, or the pod has been ready a whole interval (a rollout stuck short of all)
+    assert first_measure_due({"phase": "Ready"}, True, 100.0, 100.0, 30.0)
+    assert first_measure_due(deploying, True, 70.0, 100.0, 30.0)
+    # once measured, always (a later rollout's pods are measured as they come)
+    assert first_measure_due({"phase": "Deploying", "acceptance": {"rate": 0.5}}, False, None, 100.0, 30.0)

@@ -34,6 +34,7 @@ from speculator_operator.reconcile.acceptance import (
     acceptance_status,
     disabled_condition,
     effective_condition,
+    first_measure_due,
     parse_sample,
     plan_update,
 )
@@ -222,6 +223,7 @@ def forget(namespace: str, name: str) -> None:
 
 
 _windows: dict[str, tuple[Window, float]] = {}  # uid -> its acceptance window and when that window began
+_ready_since: dict[str, float] = {}  # uid -> since when a serving pod has been ready (monotonic)
 _pods: kopf.Index[Any, Any] | None = None
 
 
@@ -232,6 +234,7 @@ def keep_index(**kwargs: Any) -> None:
     global _pods
     _pods = kwargs["serving_pods"]
     _windows.clear()  # a restart starts every window afresh (the judgement on record stands meanwhile)
+    _ready_since.clear()
 
 
 @periodic.on_gone(PLURAL)
@@ -239,6 +242,7 @@ def deployment_gone(namespace: str, name: str, uid: str) -> None:
     """A deleted SpeculatorDeployment's series leave the operator's /metrics (no finalizer needed)."""
     forget(namespace, name)
     _windows.pop(uid, None)
+    _ready_since.pop(uid, None)
 
 
 @periodic.every(PLURAL, interval=SCRAPE_INTERVAL, initial=SCRAPE_INTERVAL / 2)
@@ -265,10 +269,11 @@ async def scrape_acceptance(body: kopf.Body) -> None:
         refilling = time.monotonic() - since < tuning.window_seconds
         found: Any = _pods.get((namespace, name), []) if _pods is not None else []
         targets = [t for t in found if t and t.get("ready")]
-        if not targets and not current.get("acceptance"):
-            return  # no pod has been ready to measure yet: nothing to say (a status write saved per rollout)
-        window.keep_only({str(t["pod"]) for t in targets})
         now = time.monotonic()
+        ready_since = _ready_since.setdefault(uid, now) if targets else _ready_since.pop(uid, None)
+        if not first_measure_due(current, bool(targets), ready_since, now, SCRAPE_INTERVAL):
+            return  # nothing to say yet (a status write saved per rollout)
+        window.keep_only({str(t["pod"]) for t in targets})
         await asyncio.gather(*(_scrape_one(window, t, now) for t in targets))
         observed_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         acc = acceptance_status(

@@ -259,6 +259,22 @@ def _r(x: float, digits: int = 4) -> float:
     return round(x, digits)
 
 
+def first_measure_due(
+    status: dict[str, Any], ready_targets: bool, ready_since: float | None, now: float, interval: float
+) -> bool:
+    """Whether to scrape now. Once a measure is on record: always. Before the first: when a serving pod is
+    ready and either the resource is Ready or a pod has been ready for a whole scrape interval (a rollout
+    stuck short of all replicas is still measured). A pod that has just turned ready has served nothing to
+    count, and measuring it before its resource is Ready only adds a status write to the rollout."""
+    if status.get("acceptance"):
+        return True
+    if not ready_targets:
+        return False
+    if status.get("phase") == "Ready":
+        return True
+    return ready_since is not None and now - ready_since >= interval
+
+
 def acceptance_status(
     totals: Totals, econ: Economics, *, revision: str | None, observed_at: str, min_samples: int
 ) -> dict[str, Any]:
