@@ -403,8 +403,9 @@ def _run(args: argparse.Namespace) -> int:
     import threading
     import uuid
 
-    from speculator_operator import profiling
+    from speculator_operator import allocator, profiling
 
+    allocator.limit_arenas()  # before any thread starts
     profiling.install()  # SPECULATOR_PROFILE: trace allocations from here on, imports included (a profile run)
 
     import kopf

@@ -350,13 +350,37 @@ def s3_client(credentials: Mapping[str, str] | None = None) -> Any:
 _making = threading.Lock()
 
 
+def _botocore_session() -> Any:
+    """A botocore session whose service models load as plain dicts. botocore decodes its JSON models into
+    OrderedDicts (ordered dicts were not the language's when it was written): S3's model and the endpoint
+    tables are 12 MiB so, 8 MiB as dicts, and the operator keeps its clients for its whole life. The
+    loader otherwise is botocore's own, AWS_DATA_PATH included."""
+    import json
+
+    import botocore.session
+    from botocore.loaders import JSONFileLoader, create_loader
+
+    class PlainJSONFileLoader(JSONFileLoader):  # type: ignore[misc]  # botocore has no type hints
+        def _load_file(self, full_path: str, open_method: Any) -> Any:
+            if not os.path.isfile(full_path):
+                return None
+            with open_method(full_path, "rb") as fp:
+                return json.loads(fp.read().decode("utf-8"))
+
+    session = botocore.session.Session()
+    loader = create_loader(session.get_config_variable("data_path"))
+    loader.file_loader = PlainJSONFileLoader()
+    session.register_component("data_loader", loader)
+    return session
+
+
 @functools.lru_cache(maxsize=64)
 def _s3_client(values: tuple[str | None, ...]) -> Any:
     import boto3
     from botocore.config import Config
 
     creds = {k: v for k, v in zip(_S3_KEYS, values, strict=True) if v}
-    return boto3.client(
+    return boto3.session.Session(botocore_session=_botocore_session()).client(
         "s3",
         endpoint_url=creds.get("AWS_ENDPOINT_URL_S3") or creds.get("AWS_ENDPOINT_URL") or None,
         aws_access_key_id=creds.get("AWS_ACCESS_KEY_ID") or None,
