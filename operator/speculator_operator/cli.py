@@ -406,6 +406,7 @@ def _run(args: argparse.Namespace) -> int:
     from speculator_operator import allocator, profiling
 
     allocator.limit_arenas()  # before any thread starts
+    allocator.keep_trimmed()
     profiling.install()  # SPECULATOR_PROFILE: trace allocations from here on, imports included (a profile run)
 
     import kopf

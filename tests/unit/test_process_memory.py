@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+from pathlib import Path
+
 import pytest
 
 from speculator_operator import allocator
@@ -29,3 +33,32 @@ def test_arenas_are_capped_unless_the_environment_says_otherwise(monkeypatch: py
     assert allocator.limit_arenas() is True  # glibc here
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert allocator.limit_arenas() is False  # glibc read the variable at start: it stands
+
+
+def _resident() -> int:
+    status = Path("/proc/self/status").read_text()
+    return next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
+
+
+def test_trimming_hands_freed_heap_pages_back() -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    # 32 MiB in 64 KiB blocks from the C heap, touched, then freed but for the last: it holds the heap's top, so
+    # glibc keeps the rest (it returns memory by itself only from the top)
+    blocks = [libc.malloc(64 * 1024) for _ in range(512)]
+    for b in blocks:
+        ctypes.memset(b, 1, 64 * 1024)
+    for b in blocks[:-1]:
+        libc.free(b)
+    before = _resident()
+    assert allocator.trim() is True
+    after = _resident()
+    libc.free(blocks[-1])
+    assert before - after >= 16 * 2**20, f"{(before - after) / 2**20:.1f} MiB handed back"
+
+
+def test_the_trimming_thread_runs_in_the_background() -> None:
+    thread = allocator.keep_trimmed(interval=0.01)
+    assert thread.daemon
+    assert thread.is_alive()
