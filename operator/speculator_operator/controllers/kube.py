@@ -157,7 +157,7 @@ def current_child(namespace: str, name: str) -> dict[str, Any] | None:
 
 
 def read_child(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-    """A child as the API server has it now (managed fields included), or None when it does not exist."""
+    """An object as the API server has it now (managed fields included), or None when it does not exist."""
     try:
         found = resource_for(api_version, kind).get(name=name, namespace=namespace, serialize=False)
     except ApiException as exc:
@@ -212,8 +212,8 @@ def create_custom(plural: str, namespace: str, body: dict[str, Any]) -> None:
 def patch_custom(plural: str, namespace: str, name: str, patch: dict[str, Any], status: bool = False) -> None:
     """A JSON merge patch of the object (of its status subresource with `status`)."""
     target = custom(plural).status if status else custom(plural)
-    target.patch(body=patch, name=name, namespace=namespace, content_type="application/merge-patch+json",
-                 serialize=False)  # fmt: skip
+    merge = "application/merge-patch+json"
+    target.patch(body=patch, name=name, namespace=namespace, content_type=merge, serialize=False)
 
 
 def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
