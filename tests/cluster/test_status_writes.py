@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.controllers import kube
 
-from .conftest import Cluster, get
+from .conftest import Cluster, eventually, get
 
 pytestmark = pytest.mark.cluster
 PLURAL = "speculatordeployments"
@@ -28,8 +28,14 @@ def writes(cause: str) -> float:
 
 
 def cond(type_: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
-    return {"type": type_, "status": status, "reason": reason, "message": message, "observedGeneration": 1,
-            "lastTransitionTime": "2026-12-01T06:00:00Z"}  # fmt: skip
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": 1,
+        "lastTransitionTime": "2026-12-01T06:00:00Z",
+    }
 
 
 def test_a_stale_writer_does_not_overturn_a_condition_it_did_not_change(
@@ -38,15 +44,26 @@ def test_a_stale_writer_does_not_overturn_a_condition_it_did_not_change(
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
     kube.load_config()
     objects = kube.client.CustomObjectsApi(kube.api())
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SpeculatorDeployment", "metadata": {"name": "shared"},
-            "spec": {"verifier": {"model": "s3://b/verifier"}, "speculator": {"source": "s3://b/draft"}}}  # fmt: skip
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpeculatorDeployment",
+        "metadata": {"name": "shared"},
+        "spec": {"verifier": {"model": "s3://b/verifier"}, "speculator": {"source": "s3://b/draft"}},
+    }
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-    rolling = {"phase": "Deploying", "readyReplicas": 0,
-               "conditions": [cond("Ready", "False", "RollingOut", "0/1 replicas of revision r1 ready")]}  # fmt: skip
+    rolling = {
+        "phase": "Deploying",
+        "readyReplicas": 0,
+        "conditions": [cond("Ready", "False", "RollingOut", "0/1 replicas of revision r1 ready")],
+    }
     kube.write_status(PLURAL, namespace, "shared", {}, rolling, "reconcile")
     # the child event's writer: the rollout finished
-    ready = {**rolling, "phase": "Ready", "readyReplicas": 1,
-             "conditions": [cond("Ready", "True", "Ready", "1/1 replicas of revision r1 ready")]}  # fmt: skip
+    ready = {
+        **rolling,
+        "phase": "Ready",
+        "readyReplicas": 1,
+        "conditions": [cond("Ready", "True", "Ready", "1/1 replicas of revision r1 ready")],
+    }
     kube.write_status(PLURAL, namespace, "shared", rolling, ready, "child")
     # a timer that read the object before that: it adds its own condition to its (stale) copy
     stale = copy.deepcopy(rolling)
@@ -61,8 +78,14 @@ def test_a_stale_writer_does_not_overturn_a_condition_it_did_not_change(
 
     # a writer that does change a condition still changes it, and one that drops a condition drops it
     dropped = {**ready, "conditions": [cond("Ready", "False", "RollingOut", "0/1 replicas of revision r2 ready")]}
-    kube.write_status(PLURAL, namespace, "shared", {**ready, "conditions": [*ready["conditions"],
-                      cond("SpeculationEffective", "Unknown", "NoMetrics")]}, dropped, "child")  # fmt: skip
+    kube.write_status(
+        PLURAL,
+        namespace,
+        "shared",
+        {**ready, "conditions": [*ready["conditions"], cond("SpeculationEffective", "Unknown", "NoMetrics")]},
+        dropped,
+        "child",
+    )
     status = get(cluster, namespace, "sdep/shared")["status"]
     assert [(c["type"], c["status"]) for c in status["conditions"]] == [("Ready", "False")]
 
@@ -82,3 +105,17 @@ def test_a_stale_writer_does_not_overturn_a_condition_it_did_not_change(
     kube.write_status(PLURAL, namespace, "shared", ready, {**stored, "conditions": late}, "resync")
     assert writes("resync") == before
     assert get(cluster, namespace, "sdep/shared")["status"] == stored
+
+    # an object deleted between its read and the write (a child event racing `kubectl delete`): a write to
+    # it, with or without conditions, is nothing to do rather than an error, and is not counted
+    objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "shared")
+    eventually(lambda: _gone(cluster, namespace, "sdep/shared"))
+    before = writes("child")
+    kube.write_status(PLURAL, namespace, "shared", stored, {**stored, "readyReplicas": 3}, "child")
+    kube.write_status(PLURAL, namespace, "shared", stored, {**stored, "conditions": []}, "child")
+    assert writes("child") == before
+
+
+def _gone(cluster: Cluster, namespace: str, what: str) -> None:
+    found = cluster.kubectl("get", what, "-n", namespace, "--ignore-not-found", "-o", "name").stdout
+    assert not found.strip(), found

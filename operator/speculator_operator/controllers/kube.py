@@ -277,7 +277,12 @@ def write_status(plural: str, namespace: str, name: str, old: dict[str, Any], ne
         return
     log.debug("%s/%s: status write (%s): %s", namespace, name, cause, ", ".join(sorted(delta)))
     if "conditions" not in delta:
-        patch_custom(plural, namespace, name, {"status": delta}, status=True)
+        try:
+            patch_custom(plural, namespace, name, {"status": delta}, status=True)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return  # deleted meanwhile: nothing to write to
         metrics.STATUS_WRITES.labels(KINDS[plural], cause).inc()
         return
     changes = condition_changes(old.get("conditions") or [], new.get("conditions") or [])
@@ -301,6 +306,8 @@ def write_status(plural: str, namespace: str, name: str, old: dict[str, Any], ne
             metrics.STATUS_WRITES.labels(KINDS[plural], cause).inc()
             return
         except ApiException as exc:
+            if exc.status == 404:
+                return
             if exc.status != 409 or attempt == 4:
                 raise
 
