@@ -10,8 +10,6 @@ freed but kept by the process) and the live Python objects by type, cheap enough
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import os
 import signal
@@ -22,6 +20,8 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 from types import FrameType
+
+from speculator_operator.allocator import mallinfo
 
 
 def _package(filename: str) -> str:
@@ -44,21 +44,12 @@ def _resident() -> int:
     return 0
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost"
-    )]  # fmt: skip
-
-
 def allocator() -> str:
     """glibc's own account of the heap (mallinfo2): what is in use, and what was freed but stays with the
     process (the resident set keeps a peak's memory until the allocator gives it back)."""
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    if libc is None or not hasattr(libc, "mallinfo2"):
+    info = mallinfo()
+    if info is None:
         return "C allocator: no mallinfo2 here"
-    libc.mallinfo2.restype = _MallInfo2
-    info = libc.mallinfo2()
     mib = 2**20
     return (
         f"C allocator: in use {(info.uordblks + info.hblkhd) / mib:.1f} MiB (of it mmapped {info.hblkhd / mib:.1f}), "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import threading
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,31 @@ def test_trimming_hands_freed_heap_pages_back() -> None:
     assert before - after >= 16 * 2**20, f"{(before - after) / 2**20:.1f} MiB handed back"
 
 
-def test_the_trimming_thread_runs_in_the_background() -> None:
-    thread = allocator.keep_trimmed(interval=0.01)
+def test_the_trimming_thread_trims_until_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims = threading.Semaphore(0)
+    monkeypatch.setattr(allocator, "trim", lambda: trims.release() or True)
+    stop = threading.Event()
+    thread = allocator.keep_trimmed(interval=0.01, stop=stop)
     assert thread.daemon
-    assert thread.is_alive()
+    assert trims.acquire(timeout=10), "no trim ran"
+    assert trims.acquire(timeout=10), "it trimmed once, not every interval"
+    stop.set()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def test_heap_in_use_counts_what_is_handed_out_not_what_is_kept() -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    before = allocator.heap_in_use()
+    assert before is not None  # glibc here
+    blocks = [libc.malloc(64 * 1024) for _ in range(256)]  # 16 MiB
+    held = allocator.heap_in_use()
+    for b in blocks:
+        libc.free(b)
+    after = allocator.heap_in_use()
+    assert held is not None
+    assert after is not None
+    assert held - before >= 16 * 2**20
+    assert held - after >= 16 * 2**20  # freed is no longer in use, whether or not it stays resident

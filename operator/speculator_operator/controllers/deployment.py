@@ -242,6 +242,7 @@ def resolve_draft_revision(spec: SpeculatorDeploymentSpec, namespace: str) -> st
 
 
 _polled: dict[str, float] = {}  # uid -> when its inputs were last resolved (monotonic)
+metrics.tracked("deployment.polled", lambda: len(_polled))
 
 
 @periodic.every(PLURAL, interval=POLL_TICK_SECONDS)
@@ -388,6 +389,7 @@ _serving_pods = _children
 
 # children whose other managers own only what the operator does not set: {uid: drift.fingerprint}
 _theirs: dict[str, str] = {}
+metrics.tracked("deployment.drift", lambda: len(_theirs))
 
 
 def restore(namespace: str, owner: str, child: dict[str, Any] | None, what: str) -> bool:

@@ -31,6 +31,7 @@ from typing import Any
 import kopf
 
 from speculator_operator.api.common import GROUP, VERSION
+from speculator_operator.controllers import metrics
 from speculator_operator.controllers.kube import PERIODIC_WORKERS, RETRY_SECONDS, unreachable, waited
 from speculator_operator.reconcile.schedule import Every, Generations
 
@@ -66,6 +67,12 @@ _locks: dict[str, threading.Lock] = {}
 _guard = threading.Lock()
 _task: asyncio.Task[None] | None = None
 _pool: Executor | None = None  # kopf's handler pool (settings.execution), taken at startup
+metrics.tracked("periodic.objects", lambda: sum(len(seen) for seen in list(_objects.values())))
+metrics.tracked(
+    "periodic.generations", lambda: sum(len(g.handled) + len(g.failed) for g in list(_generations.values()))
+)
+metrics.tracked("periodic.schedules", lambda: sum(len(job.every.next_at) for job in _jobs))
+metrics.tracked("periodic.locks", lambda: len(_locks))
 
 
 def every(plural: str, *, interval: float, initial: float | None = None, idle: float = 0.0) -> Callable[[Job], Job]:

@@ -26,7 +26,7 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
 
-from speculator_operator.controllers import deployment, periodic
+from speculator_operator.controllers import deployment, metrics, periodic
 from speculator_operator.reconcile.acceptance import (
     Economics,
     MetricsError,
@@ -225,6 +225,9 @@ def forget(namespace: str, name: str) -> None:
 _windows: dict[str, tuple[Window, float]] = {}  # uid -> its acceptance window and when that window began
 _ready_since: dict[str, float] = {}  # uid -> since when a serving pod has been ready (monotonic)
 _pods: kopf.Index[Any, Any] | None = None
+metrics.tracked("telemetry.windows", lambda: len(_windows))
+metrics.tracked("telemetry.ready", lambda: len(_ready_since))
+metrics.tracked("telemetry.positions", lambda: len(_positions))
 
 
 @kopf.on.startup()

@@ -167,6 +167,7 @@ def hand_off(namespace: str, name: str, spec: SpeculatorTrainJobSpec, target: st
 
 _guard = threading.Lock()
 _running: dict[tuple[str, str], bool] = {}  # key -> another pass was asked for while one ran
+metrics.tracked("trainjob.passes", lambda: len(_running))
 
 
 def reconcile_object(body: dict[str, Any]) -> Plan | None:
