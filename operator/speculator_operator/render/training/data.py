@@ -1,0 +1,127 @@
+"""The data stages: fetch (verifier and sources into the workspace), regenerate (on-policy responses from the
+verifier), prepare (`speculators prepare-data`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from speculator_operator.render.serving import (
+    pvc_volume,
+)
+from speculator_operator.render.training.common import (
+    PREPARED,
+    REGENERATED,
+    SOURCES,
+    VERIFIER,
+    Inputs,
+    Stage,
+    _container,
+    _endpoint,
+    _job,
+    _secrets,
+    _wrapped,
+)
+
+
+def _data_locations(inputs: Inputs) -> list[tuple[str, str]]:
+    """(source, what prepare-data is given): s3:// and pvc:// sources are fetched into the workspace."""
+    out = []
+    for i, src in enumerate(inputs.spec.data.sources):
+        if src.startswith(("s3://", "pvc://")):
+            leaf = src.rstrip("/").rsplit("/", 1)[-1]
+            out.append((src, f"{SOURCES}/{i}/{leaf}"))
+        else:
+            out.append((src, src))
+    return out
+
+
+def _pvc_mounts(uris: list[str], prefix: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, str]]:
+    """Read-only mounts of the claims behind pvc:// URIs; returns volumes, mounts and uri -> local path."""
+    volumes, mounts, paths = [], [], {}
+    claims: dict[str, str] = {}
+    for uri in uris:
+        claim, _, sub = uri.removeprefix("pvc://").partition("/")
+        if claim not in claims:
+            claims[claim] = f"src{len(claims)}"
+            volume, mount = pvc_volume(f"pvc://{claim}", claims[claim], f"{prefix}/{claim}")
+            volumes.append(volume)
+            mounts.append(mount)
+        paths[uri] = f"{prefix}/{claim}/{sub}"
+    return volumes, mounts, paths
+
+
+def fetch_stage(inputs: Inputs) -> Stage:
+    spec = inputs.spec
+    command = ["speculator-operator", "trainer", "fetch", "--verifier", spec.verifier.uri, "--dest", VERIFIER]
+    if inputs.verifier_revision:
+        command += ["--revision", inputs.verifier_revision]
+    fetched = [(s, d) for s, d in _data_locations(inputs) if s != d]
+    regen = spec.data.regenerate
+    if regen and regen.dataset.startswith(("s3://", "pvc://")):
+        fetched.append((regen.dataset, f"{SOURCES}/regenerate/{regen.dataset.rstrip('/').rsplit('/', 1)[-1]}"))
+    volumes, mounts, local = _pvc_mounts([s for s, _ in fetched if s.startswith("pvc://")], "/mnt/sources")
+    for src, dest in fetched:
+        command += ["--data", f"{local.get(src, src)}={dest}"]
+    creds = _secrets(spec.verifier.credentials)
+    container = _container(inputs.release.image("trainer"), command, envFrom=creds, volumeMounts=mounts)
+    job = _job(inputs, "fetch", spec.stages.cpu, container, extra_volumes=volumes)
+    return Stage("fetch", "Preparing", [job], command=command)
+
+
+def regenerate_stage(inputs: Inputs) -> Stage | None:
+    regen = inputs.spec.data.regenerate
+    if regen is None:
+        return None
+    dataset = regen.dataset
+    if dataset.startswith(("s3://", "pvc://")):
+        dataset = f"{SOURCES}/regenerate/{dataset.rstrip('/').rsplit('/', 1)[-1]}"
+    command = [
+        "speculators", "regenerate-responses",
+        "--endpoint", f"{_endpoint(inputs, 'verifier')}/v1/chat/completions",
+        "--model", VERIFIER,
+        "--dataset", dataset,
+        "--outfile", REGENERATED,
+        "--resume",
+        "--concurrency", str(regen.concurrency),
+        "--max-tokens", str(regen.max_tokens),
+    ]  # fmt: skip
+    for flag, value in (("--split", regen.split), ("--subset", regen.subset), ("--limit", regen.limit)):
+        if value is not None:
+            command += [flag, str(value)]
+    if regen.sampling_params:
+        command += ["--sampling-params", json.dumps(regen.sampling_params, separators=(",", ":"), sort_keys=True)]
+    container = _container(inputs.release.image("trainer"), _wrapped("regenerate", command))
+    return Stage(
+        "regenerate",
+        "Regenerating",
+        [_job(inputs, "regenerate", inputs.spec.stages.cpu, container)],
+        server="verifier",
+        command=command,
+    )
+
+
+def needs_render(inputs: Inputs) -> bool:
+    return bool(inputs.spec.data.sources) and inputs.spec.data.format == "conversations"
+
+
+def prepare_stage(inputs: Inputs) -> Stage:
+    spec = inputs.spec
+    command = ["speculators", "prepare-data", "--model", VERIFIER]
+    if spec.data.regenerate:
+        command += ["--data", REGENERATED]
+    for _, given in _data_locations(inputs):
+        command += ["--data", given]
+    command += ["--output", PREPARED, "--seq-length", str(spec.data.seq_length), "--overwrite"]
+    if spec.data.max_samples:
+        command += ["--max-samples", str(spec.data.max_samples)]
+    if spec.draft.draft_vocab_size is not None:
+        command.append("--no-skip-token-freq")  # else the trainer silently falls back to the full vocabulary
+    server = None
+    if needs_render(inputs):
+        command += ["--render-endpoint", _endpoint(inputs, "verifier")]
+        server = "verifier"
+    container = _container(inputs.release.image("trainer"), _wrapped("prepare", command))
+    return Stage(
+        "prepare", "Preparing", [_job(inputs, "prepare", spec.stages.cpu, container)], server=server, command=command
+    )

@@ -1,0 +1,51 @@
+"""The stages after training: the audit of the checkpoint against its verifier and the publish."""
+
+from __future__ import annotations
+
+from speculator_operator.render.training.common import (
+    CHECKPOINTS,
+    OUTPUT_MOUNT,
+    VERIFIER,
+    Inputs,
+    Stage,
+    _container,
+    _job,
+    _secrets,
+)
+
+
+def audit_stage(inputs: Inputs) -> Stage:
+    command = ["speculator-operator", "trainer", "audit", CHECKPOINTS, "--verifier", VERIFIER]
+    if inputs.spec.algorithm != "mtp":  # an mtp head is served only once stitched into its verifier
+        command += ["--release", inputs.release.name]
+    container = _container(inputs.release.image("trainer"), command)
+    # 1: audit errors, 2: unreadable checkpoint - neither changes on a retry
+    job = _job(inputs, "audit", inputs.spec.stages.cpu, container, fail_fast_codes=(1, 2))
+    return Stage("audit", "Auditing", [job], command=command)
+
+
+def publish_stage(inputs: Inputs) -> Stage:
+    spec = inputs.spec
+    uri = spec.output.uri
+    volumes, mounts = [], []
+    target = uri
+    if uri.startswith("pvc://"):
+        claim, _, sub = uri.removeprefix("pvc://").partition("/")
+        volumes = [{"name": "output", "persistentVolumeClaim": {"claimName": claim}}]
+        mounts = [{"name": "output", "mountPath": OUTPUT_MOUNT}]
+        target = f"{OUTPUT_MOUNT}/{sub}"
+    command = [
+        "speculator-operator", "trainer", "publish", CHECKPOINTS, target,
+        "--verifier", spec.verifier.uri.removeprefix("hf://"),
+        "--verifier-revision", inputs.verifier_revision or spec.verifier.revision,
+        "--job", f"{inputs.namespace}/{inputs.name}",
+        "--release", inputs.release.name,
+        "--uri", uri,
+    ]  # fmt: skip
+    if inputs.verifier_content:
+        command += ["--verifier-content", inputs.verifier_content]
+    container = _container(
+        inputs.release.image("trainer"), command, envFrom=_secrets(spec.output.credentials), volumeMounts=mounts
+    )
+    job = _job(inputs, "publish", spec.stages.cpu, container, extra_volumes=volumes)
+    return Stage("publish", "Publishing", [job], command=command)
