@@ -260,3 +260,38 @@ def mutate(config: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 
 DELETE = object()
+
+
+QWEN3_NEXT = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
+    "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+    "vocab_size": 151936, "num_nextn_predict_layers": 1, "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def stitched_mtp(config: dict[str, Any] | None = None, layers: int = 1) -> tuple[dict[str, Any], Tensors]:
+    """A model with its own MTP layers (what `speculators stitch-mtp` writes): the verifier's config and
+    weights (a few stand for all) plus `mtp.*`, shaped as Qwen3-Next publishes them."""
+    config = copy.deepcopy(config or QWEN3_NEXT)
+    h, v = config["hidden_size"], config["vocab_size"]
+    heads, kv, hd = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    tensors: Tensors = {
+        "model.embed_tokens.weight": ("BF16", [v, h]),
+        "model.norm.weight": ("BF16", [h]),
+        "lm_head.weight": ("BF16", [v, h]),
+        "mtp.fc.weight": ("BF16", [h, 2 * h]),
+        "mtp.norm.weight": ("BF16", [h]),
+        "mtp.pre_fc_norm_embedding.weight": ("BF16", [h]),
+        "mtp.pre_fc_norm_hidden.weight": ("BF16", [h]),
+    }
+    for i in range(layers):
+        p = f"mtp.layers.{i}."
+        tensors |= {
+            p + "input_layernorm.weight": ("BF16", [h]),
+            p + "post_attention_layernorm.weight": ("BF16", [h]),
+            p + "self_attn.q_proj.weight": ("BF16", [2 * heads * hd, h]),
+            p + "self_attn.k_proj.weight": ("BF16", [kv * hd, h]),
+            p + "self_attn.v_proj.weight": ("BF16", [kv * hd, h]),
+            p + "self_attn.o_proj.weight": ("BF16", [h, heads * hd]),
+        }
+    return config, tensors

@@ -338,11 +338,15 @@ def _audit(args: argparse.Namespace) -> int:
 def _print_text(report: AuditReport) -> None:
     s = report.checkpoint.summary()
     print(f"checkpoint  {s['uri']}" + (f" @ {s['revision']}" if s["revision"] else ""))
-    print(
-        f"            {s['algorithm']} (speculators {s['speculators_version']}), hidden {s['hidden_size']}, "
-        f"vocab {s['draft_vocab_size']}/{s['verifier_vocab_size']}, aux layers {s['aux_layer_ids']}, "
-        f"K={s['speculative_tokens']}, verifier {s['recorded_verifier']}"
-    )
+    if s["stitched_mtp"]:
+        stitched = s["stitched_mtp"]
+        print(f"            stitched MTP model: {stitched['model_type']}, {stitched['mtp_layers']} MTP layer(s)")
+    else:
+        print(
+            f"            {s['algorithm']} (speculators {s['speculators_version']}), hidden {s['hidden_size']}, "
+            f"vocab {s['draft_vocab_size']}/{s['verifier_vocab_size']}, aux layers {s['aux_layer_ids']}, "
+            f"K={s['speculative_tokens']}, verifier {s['recorded_verifier']}"
+        )
     if report.release is not None:
         print(f"release     {report.release.name} (speculators {report.release.speculators}, vLLM {report.vllm})")
     econ = report.extra.get("economics")

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from speculator_operator.checkpoint import stitched
 from speculator_operator.checkpoint.model import Checkpoint, load_checkpoint
 from speculator_operator.checkpoint.rules import AuditContext, Finding, Severity, run_rules
 from speculator_operator.checkpoint.sources import Source
@@ -54,8 +55,10 @@ def audit(
     vllm: Version | None = None,
     allow_lossy: bool = False,
     deep: bool = False,
+    speculative_tokens: int | None = None,
 ) -> AuditReport:
-    """Run every audit rule. Raises CheckpointError only when the checkpoint cannot be read at all."""
+    """Run every audit rule (a stitched MTP model's own: checkpoint/stitched.py; `speculative_tokens` is the K
+    it is to be served with). Raises CheckpointError only when the checkpoint cannot be read at all."""
     t0 = time.perf_counter()
     ck = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     pinned = vllm if vllm is not None else (release.vllm_version if release is not None else None)
@@ -69,7 +72,7 @@ def audit(
         allow_lossy=allow_lossy,
         deep=deep,
     )
-    findings = run_rules(ctx)
+    findings = stitched.findings(ctx, speculative_tokens) if ck.stitched_mtp else run_rules(ctx)
     if verifier is None:
         findings.append(
             Finding(

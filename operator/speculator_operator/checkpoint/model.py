@@ -16,6 +16,15 @@ from speculator_operator.checkpoint.sources import Source, SourceError, open_sou
 from speculator_operator.releases import DFLASH_FAMILY, EAGLE_FAMILY
 
 LAYER_RE = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
+# the config key vLLM 0.32.0 reads a stitched MTP model's layer count (n_predict) from, by model_type
+# (config/speculative.py hf_config_override): the families speculators 0.9.0 fine-tunes MTP layers for
+MTP_COUNT_KEY = {
+    "qwen3_next": "num_nextn_predict_layers",
+    "qwen3_5": "mtp_num_hidden_layers",
+    "qwen3_5_text": "mtp_num_hidden_layers",
+    "qwen3_5_moe": "mtp_num_hidden_layers",
+    "qwen3_5_moe_text": "mtp_num_hidden_layers",
+}
 
 
 class CheckpointError(ValueError):
@@ -56,6 +65,26 @@ class Checkpoint:
     def algorithm(self) -> str | None:
         value = self.config.get("speculators_model_type")
         return value if isinstance(value, str) else None
+
+    @property
+    def stitched_mtp(self) -> bool:
+        """A model with its own MTP layers (`mtp.*`), not a speculators checkpoint: a verifier that
+        `speculators stitch-mtp` wrote fine-tuned MTP weights into, served as the target with method mtp."""
+        return "speculators_model_type" not in self.config and any(n.startswith("mtp.") for n in self.tensors)
+
+    @property
+    def model_type(self) -> str | None:
+        value = self.config.get("model_type")
+        return value if isinstance(value, str) else None
+
+    @property
+    def mtp_layers(self) -> int | None:
+        """A stitched model's n_predict (None: a family vLLM does not serve with mtp, or no count)."""
+        key = MTP_COUNT_KEY.get(self.model_type or "")
+        if key is None:
+            return None
+        nested = self.config.get("text_config")
+        return _int(self.config[key]) if key in self.config or not isinstance(nested, dict) else _int(nested.get(key))
 
     @property
     def family(self) -> str | None:
@@ -147,7 +176,9 @@ class Checkpoint:
         return self.source.stats.bytes_read
 
     def summary(self) -> dict[str, Any]:
+        stitched = {"model_type": self.model_type, "mtp_layers": self.mtp_layers} if self.stitched_mtp else None
         return {
+            "stitched_mtp": stitched,
             "uri": self.uri,
             "resolved_from": self.resolved_from,
             "revision": self.revision,

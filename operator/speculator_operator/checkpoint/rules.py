@@ -291,16 +291,25 @@ def lm_head(ctx: AuditContext) -> Iterator[str]:
         yield f"lm_head.weight is {list(head.shape)}, expected [{vd}, {h}] (draft_vocab_size x hidden)"
 
 
-@rule("embed-tokens", Severity.ERROR, "embed_tokens is [verifier_vocab, hidden] for EAGLE-3/P-EAGLE")
+@rule("embed-tokens", Severity.ERROR, "embed_tokens, where present, is [verifier_vocab, hidden] for EAGLE-3/P-EAGLE")
 def embed_tokens(ctx: AuditContext) -> Iterator[str]:
     ck = ctx.checkpoint
     if ck.family != "eagle":
         return
     emb, h, v = ck.tensor("embed_tokens.weight"), ck.hidden_size, ck.verifier_vocab_size
-    if emb is None:
-        yield "embed_tokens.weight is missing"
-    elif h is not None and v is not None and list(emb.shape) != [v, h]:
+    if emb is not None and h is not None and v is not None and list(emb.shape) != [v, h]:
         yield f"embed_tokens.weight is {list(emb.shape)}, expected [{v}, {h}] (verifier vocab x hidden)"
+
+
+# vLLM 0.32.0 loads an EAGLE draft without embed_tokens (llama_eagle3.py load_weights maps it away) and then
+# shares the verifier's embedding with it (v1/spec_decode/llm_base_proposer.py _maybe_share_embeddings,
+# "EAGLE model without its own embed_tokens"): SafeAILab's EAGLE-3 checkpoints ship none, and speculators'
+# convert keeps it so. speculators' own trainer saves a frozen copy of the verifier's.
+@rule("embed-tokens-shared", Severity.INFO, "an EAGLE draft without embed_tokens is served on the verifier's")
+def embed_tokens_shared(ctx: AuditContext) -> Iterator[str]:
+    ck = ctx.checkpoint
+    if ck.family == "eagle" and ck.tensor("embed_tokens.weight") is None:
+        yield "embed_tokens.weight is absent: vLLM shares the verifier's embedding with the draft"
 
 
 @rule("vocab-maps", Severity.ERROR, "t2d (bool [V]) and d2t (int64 [Vd]) exist exactly when the vocab is pruned")
