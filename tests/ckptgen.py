@@ -236,9 +236,11 @@ def dflash(
                        "confidence_head_with_markov": True})  # fmt: skip
         tensors["markov_head.markov_w1"] = ("BF16", [v, 256])
         tensors["markov_head.markov_w2"] = ("BF16", [vd, 256])
+    # speculators writes every layer as a 2048-token sliding window unless told otherwise (--full-attention-indices)
+    config["transformer_layer_config"].update(layer_types=["sliding_attention"] * layers, sliding_window=2048)
     if algorithm == "dflash2":
         config.update({"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16,
-                       "sliding_window_non_causal": False})  # fmt: skip
+                       "sliding_window_non_causal": True})  # fmt: skip
     return config, tensors
 
 

@@ -144,8 +144,10 @@ BAD: dict[str, tuple[Any, str, str]] = {
                                 "vllm-defaults", "vLLM serves it as true"),
     "no sliding_window_non_causal": (lambda: (mutate(dflash()[0], "sliding_window_non_causal", DELETE),
                                               dflash()[1]), "vllm-defaults", "non-causal"),
-    "non-causal sliding window": (lambda: (mutate(dflash()[0], "sliding_window_non_causal", True), dflash()[1]),
-                                  "vllm-servable", "sliding_window_non_causal is true"),
+    "causal flag with a full-attention layer": (
+        lambda: (mutate(dflash()[0], "transformer_layer_config.layer_types",
+                        ["sliding_attention"] * 4 + ["full_attention"]), dflash()[1]),
+        "vllm-servable", "trained full-attention layer(s) [4] non-causal"),
     "dflash sample_from_anchor": (lambda: dflash(sample_from_anchor=True), "vllm-servable", "rejects it"),
 }  # fmt: skip
 
@@ -210,3 +212,19 @@ def test_rule_ids_are_unique_and_described() -> None:
     ids = [r.id for r in RULES]
     assert len(ids) == len(set(ids))
     assert all(r.summary for r in RULES)
+
+
+def test_dflash2_as_speculators_writes_it_is_served_faithfully_on_the_v2_runner(tmp_path: Path) -> None:
+    """sliding_window_non_causal true with every layer a sliding window: speculators trains each layer
+    non-causal and vLLM 0.32.0 serves each one non-causal (dflash_config.causal = false); its candidate head
+    needs the V2 model runner."""
+    config, tensors = dflash(algorithm="dflash2", block_size=8)
+    assert config["sliding_window_non_causal"] is True
+    result = run(tmp_path, config, tensors)
+    assert errors(result) == []
+    assert any(f.startswith("vllm-runner") and "candidate head" in f for f in result["info"])
+    # non-causal with a full-attention layer as well: both sides run every layer non-causal
+    mixed = mutate(config, "transformer_layer_config.layer_types", ["sliding_attention"] * 4 + ["full_attention"])
+    result = run(tmp_path, mixed, tensors)
+    assert errors(result) == []
+    assert any("mixed sliding-window and full-attention" in f for f in result["info"])

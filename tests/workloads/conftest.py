@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from speculator_operator.localcluster import LocalCluster, S3Info
+from speculator_operator.render.training import WORKSPACE
+
 from ..lanes import REPO, make_tiny_verifier, run_in, workloads_env_path
 
-__all__ = ["REPO", "run_in"]
-ALGORITHMS = ("eagle3", "peagle", "dflash", "dspark")
+__all__ = ["REPO", "container_argv", "run_in"]
+ALGORITHMS = ("eagle3", "peagle", "dflash", "dflash2", "dspark")
 
 
 @pytest.fixture(scope="session")
@@ -60,3 +65,28 @@ def dry_run_checkpoints(workloads_env: Path, tmp_path_factory: pytest.TempPathFa
            "--d2t-path", str(root / "d2t.npy"), "--t2d-path", str(root / "t2d.npy"), *common)  # fmt: skip
     out["eagle3-pruned"] = root / "eagle3-pruned"
     return out
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Info]:
+    """A real S3 protocol server (the local cluster's, alone)."""
+    bins = (
+        os.environ.get("SPECULATOR_BIN_DIR")
+        or subprocess.run(
+            [str(REPO / "hack" / "build-kube"), "--print-bin-dir"], check=True, capture_output=True, text=True
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    local = LocalCluster(tmp_path_factory.mktemp("s3"), Path(bins))
+    info = local.start_s3_only()
+    try:
+        yield info
+    finally:
+        local.stop()
+
+
+def container_argv(child: dict[str, Any], workspace: Path) -> list[str]:
+    """A stage Job's container command, with the workspace mount made a local folder."""
+    (c,) = child["spec"]["template"]["spec"]["containers"]
+    return [a.replace(WORKSPACE, str(workspace)) for a in [*c["command"], *c["args"]]]

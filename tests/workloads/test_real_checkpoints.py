@@ -26,7 +26,7 @@ def audit_cli(ckpt: Path, *args: str) -> tuple[int, dict[str, Any]]:
     return out.returncode, json.loads(out.stdout)
 
 
-@pytest.mark.parametrize("algo", ["eagle3", "peagle", "dflash", "dspark", "eagle3-pruned"])
+@pytest.mark.parametrize("algo", ["eagle3", "peagle", "dflash", "dflash2", "dspark", "eagle3-pruned"])
 def test_real_dry_run_checkpoint_passes(dry_run_checkpoints: dict[str, Path], algo: str) -> None:
     ckpt, verifier = dry_run_checkpoints[algo], dry_run_checkpoints["verifier"]
     rc, report = audit_cli(ckpt, "--verifier", str(verifier), "--deep")
@@ -39,7 +39,13 @@ def test_real_dry_run_checkpoint_passes(dry_run_checkpoints: dict[str, Path], al
     assert ck["verifier_vocab_size"] == 512
     assert ck["aux_layer_ids"] == [2, 4, 5]  # (2, L//2, L-3) for the 8-layer verifier
     assert ck["draft_vocab_size"] == (256 if algo == "eagle3-pruned" else 512)
-    assert ck["speculative_tokens"] == {"eagle3": 3, "peagle": 8, "dflash": 15, "dspark": 8}[algo.split("-")[0]]
+    assert (
+        ck["speculative_tokens"]
+        == {"eagle3": 3, "peagle": 8, "dflash": 15, "dflash2": 7, "dspark": 8}[algo.split("-")[0]]
+    )
+    if algo == "dflash2":  # speculators' default: non-causal sliding windows, served as such by vLLM 0.32.0's V2
+        rules = {f["rule"] for f in report["findings"]}
+        assert "vllm-runner" in rules
 
 
 def _edit_config(path: Path, fn: Callable[[dict[str, Any]], None]) -> None:
@@ -53,6 +59,11 @@ def _k(value: int) -> Callable[[dict[str, Any]], None]:
         c["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = value
 
     return edit
+
+
+def _causal_with_a_full_layer(config: dict[str, Any]) -> None:
+    config["sliding_window_non_causal"] = False
+    config["transformer_layer_config"]["layer_types"][0] = "full_attention"
 
 
 CONFIG_MUTATIONS: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] = {
@@ -70,6 +81,8 @@ CONFIG_MUTATIONS: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] =
     "eagle3 lossy": ("eagle3", lambda c: c["speculators_config"]["proposal_methods"][0].update(verifier_accept_k=2),
                      "lossless"),
     "dspark as mtp": ("dspark", lambda c: c.update(speculators_model_type="mtp"), "vllm-loadable"),
+    # causal windows beside a full-attention layer: vLLM would run that layer causal, speculators trained it not
+    "dflash2 causal with a full layer": ("dflash2", lambda c: _causal_with_a_full_layer(c), "vllm-servable"),
 }  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """The pinned vLLM (its CPU build) against what the release table and the audit say about it:
 a speculators dry-run draft is served with the long-form speculative config and the load cut-off,
-spec-decode metrics are exported, and `disable_by_batch_size` stops the server at start-up."""
+spec-decode metrics are exported, and `disable_by_batch_size` stops the server at start-up, as does a DFlash2
+draft (the V1 runner the CPU build runs has no candidate head)."""
 
 from __future__ import annotations
 
@@ -142,5 +143,22 @@ def test_pinned_vllm_refuses_disable_by_batch_size(
         log = server_log.read_text(errors="replace")
         assert "disable_by_batch_size" in log
         assert "ValidationError" in log or "Unexpected keyword argument" in log
+    finally:
+        server.stop()
+
+
+def test_the_cpu_build_refuses_a_dflash2_draft_rather_than_drop_its_candidate_head(
+    vllm_env: Path, dry_run_checkpoints: dict[str, Path], server_log: Path
+) -> None:
+    """DFlash2's candidate head runs only in vLLM's V2 model runner; without Triton the CPU build runs V1,
+    which refuses the draft at start-up (config/vllm.py) instead of drafting without the head. Serving a
+    DFlash2 is therefore a GPU check; the audit says so (vllm-runner)."""
+    spec = {"method": "dflash", "model": str(dry_run_checkpoints["dflash2"]), "num_speculative_tokens": 7}
+    server = Server(vllm_env, [*base_args(dry_run_checkpoints["verifier"]), "--speculative-config", json.dumps(spec)],
+                    server_log)  # fmt: skip
+    try:
+        assert server.wait_exit() != 0
+        log = server_log.read_text(errors="replace")
+        assert "Model Runner V1 does not support: DFlash candidate-head drafts" in log
     finally:
         server.stop()

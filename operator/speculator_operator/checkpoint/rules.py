@@ -621,16 +621,55 @@ def vllm_defaults(ctx: AuditContext) -> Iterator[str | Finding]:
         )
 
 
+def _full_attention_layers(ck: Checkpoint) -> list[int] | None:
+    """The draft layers vLLM serves with full attention, from transformer_layer_config.layer_types (None when
+    it names no layer types)."""
+    types = ck.layer_config.get("layer_types")
+    if not isinstance(types, list):
+        return None
+    return [i for i, kind in enumerate(types) if kind != "sliding_attention"]
+
+
+# DFlash attention, speculators 0.9.0 against vLLM 0.32.0 (the decision behind serving DFlash2):
+# - speculators (models/dflash/attention.py): a full-attention layer is always non-causal inside the query
+#   block; a sliding-window layer is non-causal exactly when sliding_window_non_causal (dflash2's default);
+# - vLLM (transformers_utils/configs/speculators/algos.py update_dflash): dflash_config.causal = not
+#   sliding_window_non_causal, applied to every draft layer (qwen3_dflash.py _dflash_layer_causal), with each
+#   layer's window from layer_types and sliding_window (_resolve_layer_attention).
+# They agree but where the flag is false and a layer has full attention: vLLM runs that layer causal.
 @rule("vllm-servable", Severity.ERROR, "options the pinned vLLM cannot serve", needs="vllm")
 def vllm_servable(ctx: AuditContext) -> Iterator[str]:
     ck, cfg = ctx.checkpoint, ctx.checkpoint.config
-    if ck.algorithm in DFLASH_FAMILY and cfg.get("sliding_window_non_causal") is True:
+    full = _full_attention_layers(ck) if ck.algorithm in DFLASH_FAMILY else None
+    if full and cfg.get("sliding_window_non_causal") is False:
         yield (
-            f"sliding_window_non_causal is true: vLLM {ctx.vllm} turns it into causal=false for every draft layer, "
-            "which its DFlash attention does not serve faithfully"
+            f"sliding_window_non_causal is false: vLLM {ctx.vllm} serves every draft layer causal, but speculators "
+            f"trained full-attention layer(s) {full} non-causal"
         )
     if ck.algorithm in ("dflash", "dflash2") and cfg.get("sample_from_anchor") is True:
         yield f"sample_from_anchor is true: vLLM {ctx.vllm}'s DFlash drafter rejects it"
+
+
+@rule("vllm-runner", Severity.INFO, "what needs vLLM's V2 model runner (the default where Triton is)", needs="vllm")
+def vllm_runner(ctx: AuditContext) -> Iterator[str]:
+    """vLLM 0.32.0 config/vllm.py _get_v1_model_runner_unsupported_features: its V1 runner refuses these at
+    start-up (a DFlash2 would otherwise draft without its candidate head, silently)."""
+    ck = ctx.checkpoint
+    if ck.algorithm not in DFLASH_FAMILY:
+        return
+    needs = []
+    if ck.algorithm == "dflash2":
+        needs.append("the candidate head of a DFlash2 draft")
+    full = _full_attention_layers(ck)
+    if full and ck.num_layers is not None and len(full) < ck.num_layers:
+        needs.append("mixed sliding-window and full-attention layers")
+    if ck.algorithm == "dspark":
+        needs.append("a DSpark draft")
+    if needs:
+        yield (
+            f"{'; '.join(needs)}: served by vLLM {ctx.vllm}'s V2 model runner only (its default where Triton is, "
+            "as on GPUs); the V1 runner refuses the draft at start-up"
+        )
 
 
 # ------------------------------------------------------------------------------ --deep: tensor data
