@@ -96,11 +96,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("trainer", help="(in the trainer image) the stages of a SpeculatorTrainJob")
     trs = tr.add_subparsers(dest="trainer_command", metavar="STAGE", parser_class=_Parser, required=True)
-    f = trs.add_parser("fetch", help="stage the verifier and the s3:// / pvc:// data into the workspace")
+    f = trs.add_parser(
+        "fetch", help="stage the verifier, the s3:// / pvc:// data and a draft to convert into the workspace"
+    )
     f.add_argument("--verifier", required=True)
     f.add_argument("--dest", required=True)
     f.add_argument("--revision")
     f.add_argument("--data", action="append", default=[], metavar="SOURCE=DEST")
+    f.add_argument("--convert", metavar="SOURCE=DEST", help="a third-party draft to stage for speculators convert")
+    f.add_argument("--convert-revision", metavar="REV", help="its hub revision")
     r2 = trs.add_parser("run", help="run a stage's tool and report its outcome")
     r2.add_argument("--stage", required=True)
     r2.add_argument("tool", nargs=argparse.REMAINDER, help="-- then the command")
@@ -370,7 +374,7 @@ def _trainer(args: argparse.Namespace) -> int:
     from speculator_operator import trainer
 
     if args.trainer_command == "fetch":
-        return trainer.fetch(args.verifier, args.dest, args.revision, args.data)
+        return trainer.fetch(args.verifier, args.dest, args.revision, args.data, args.convert, args.convert_revision)
     if args.trainer_command == "run":
         return trainer.run(args.stage, args.tool[1:] if args.tool[:1] == ["--"] else args.tool)
     if args.trainer_command == "audit":

@@ -24,15 +24,17 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from speculator_operator import __version__
 from speculator_operator.checkpoint import CheckpointError, audit, load_verifier_config
 from speculator_operator.checkpoint.manifest import LATEST
 from speculator_operator.checkpoint.manifest import PROVENANCE as MARKER
+from speculator_operator.checkpoint.safetensors_header import header_length, parse_header
 from speculator_operator.entrypoints import stage as stage_copy
 from speculator_operator.releases import get_release
 
@@ -82,13 +84,26 @@ def run(stage: str, command: list[str]) -> int:
         print("trainer run: no command after --", file=sys.stderr)
         return 2
     command = _expand(command)
+    if stage == "stitch":
+        try:
+            command = _stitched_from(command)
+        except CheckpointError as exc:
+            print(f"trainer: stage stitch: {exc}", file=sys.stderr)
+            return 2
     print(f"trainer: stage {stage}: {' '.join(command)}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
+    watched = stage == "convert"
     try:
-        proc = subprocess.Popen(command)  # the rendered command of this stage
+        # the rendered command of this stage; a conversion's log is read on its way through (see _unfilled)
+        proc = subprocess.Popen(command, stderr=subprocess.PIPE if watched else None, text=watched)
     except OSError as exc:
         print(f"trainer: cannot start {command[0]}: {exc}", file=sys.stderr)
         return 2
+    unfilled: list[str] = []
+    reader = None
+    if watched:
+        reader = threading.Thread(target=_relay, args=(proc.stderr, unfilled), daemon=True)
+        reader.start()
 
     def forward(signum: int, _frame: Any) -> None:
         proc.send_signal(signum)
@@ -98,11 +113,118 @@ def run(stage: str, command: list[str]) -> int:
         code = proc.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if reader is not None:
+        reader.join(timeout=60)
     if code != 0:
         print(f"trainer: stage {stage} exited with {code}", file=sys.stderr)
         return code if code > 0 else 128 - code
+    if unfilled:
+        print(f"trainer: stage convert: the converter loaded the source only in part, so the draft it saved holds "
+              f"weights the source did not give; {'; '.join(unfilled)}", file=sys.stderr)  # fmt: skip
+        return 1
+    if stage == "convert":
+        for note in causal_as_trained(Path(_flag(command, "--output-path") or "converted")):
+            print(f"trainer: stage convert: {note}", file=sys.stderr)
     report(stage, seconds=round(time.monotonic() - t0, 1), **outcome(stage, command))
     return 0
+
+
+# speculators 0.9.0's eagle3 converter loads the source with strict=False and only warns about what did not fit
+# (convert/eagle/eagle3_converter.py _save_converted_checkpoint): a tensor the source lacks stays randomly
+# initialised, and one it has that the draft does not use is dropped.
+_PARTIAL_LOAD = re.compile(r"(Missing|Unexpected) keys in checkpoint: (.*)")
+
+
+def _relay(stream: IO[str], unfilled: list[str]) -> None:
+    """Copy the tool's stderr through, noting each part of the source the converter could not place."""
+    for line in stream:
+        sys.stderr.write(line)
+        match = _PARTIAL_LOAD.search(line)
+        if match:
+            unfilled.append(f"{match[1].lower()} keys: {match[2][:300]}")
+    sys.stderr.flush()
+
+
+# speculators 0.9.0's MTP converter saves `verifier_lm_head.weight` (a frozen copy of the verifier's head) with
+# the MTP layers, and stitch-mtp skips only embed_tokens and lm_head (cli/stitch.py _FROZEN_KEYS): the copy
+# lands in the stitched model, where vLLM 0.32.0 finds no such parameter and refuses to load it (seen here).
+# They are the verifier's own weights, never trained: left out of what is stitched.
+NOT_STITCHED = re.compile(r"^verifier_(lm_head|norm)\.")
+
+
+def causal_as_trained(folder: Path) -> list[str]:
+    """A converted DFlash draft whose layers all have full attention (z-lab's own drafts) was trained
+    non-causal inside each block, and speculators runs full attention non-causal whatever its
+    sliding_window_non_causal says; vLLM 0.32.0 instead reads that flag for every layer (dflash_config.causal =
+    not the flag) and would serve the draft causal. The converter writes the flag false: it is set true, which
+    changes nothing for speculators and makes vLLM serve the draft as it was trained. Returns what was done."""
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    layers = (config.get("transformer_layer_config") or {}).get("layer_types")
+    if (
+        config.get("speculators_model_type") not in ("dflash", "dflash2", "dspark")
+        or config.get("sliding_window_non_causal") is not False
+        or not isinstance(layers, list)
+        or not layers
+        or "sliding_attention" in layers
+    ):
+        return []
+    config["sliding_window_non_causal"] = True
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return [
+        f"sliding_window_non_causal set true: all {len(layers)} layers have full attention, which the source "
+        "and speculators run non-causal and vLLM serves causal under false"
+    ]
+
+
+def _stitched_from(command: list[str]) -> list[str]:
+    """`speculators stitch-mtp ROOT ...` with ROOT resolved to the run's checkpoint (best, last epoch, or the
+    folder a dry run or a convert wrote), less the verifier's frozen copies (NOT_STITCHED)."""
+    if command[:2] != ["speculators", "stitch-mtp"] or len(command) < 3:
+        return command
+    root = Path(command[2])
+    folder = checkpoint_dir(root)
+    clean = root.with_name(root.name + "-stitch-input")
+    dropped = copy_without(folder, clean, NOT_STITCHED)
+    if dropped:
+        print(f"trainer: stage stitch: left out the verifier's frozen {', '.join(dropped)}", file=sys.stderr)
+        folder = clean
+    return [*command[:2], str(folder), *command[3:]]
+
+
+def copy_without(folder: Path, dest: Path, names: re.Pattern[str]) -> list[str]:
+    """Copy a single-file checkpoint to `dest` without the tensors whose names match (a byte copy of the
+    others, their header rewritten); returns what was left out, and copies nothing when that is none."""
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        return []  # sharded: stitch-mtp reads it as it is
+    with weights.open("rb") as fh:
+        prefix = fh.read(8)
+        size = weights.stat().st_size
+        raw = fh.read(header_length(prefix, str(weights), size))
+    tensors, metadata = parse_header(raw, str(weights), size)
+    dropped = sorted(n for n in tensors if names.match(n))
+    if not dropped:
+        return []
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(folder, dest, ignore=shutil.ignore_patterns("model.safetensors"))
+    kept = sorted((t for n, t in tensors.items() if n not in dropped), key=lambda t: t.start)
+    header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
+    offset = 0
+    for t in kept:
+        header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
+        offset += t.nbytes
+    table = json.dumps(header, separators=(",", ":")).encode()
+    table += b" " * (-len(table) % 8)
+    with weights.open("rb") as src, (dest / "model.safetensors").open("wb") as out:
+        out.write(len(table).to_bytes(8, "little") + table)
+        for t in kept:
+            src.seek(t.start)
+            out.write(src.read(t.nbytes))
+    return dropped
 
 
 def outcome(stage: str, command: list[str]) -> dict[str, Any]:
@@ -116,6 +238,12 @@ def outcome(stage: str, command: list[str]) -> dict[str, Any]:
     if stage == "regenerate":
         out = Path(_flag(command, "--outfile") or "")
         return {"samples": sum(1 for _ in out.open()) if out.is_file() else None}
+    if stage in ("convert", "stitch"):
+        out = Path(_flag(command, "--output-path") or "")
+        return {
+            "checkpoint": str(out),
+            "files": sum(1 for p in out.rglob("*") if p.is_file()) if out.is_dir() else None,
+        }
     if stage == "train":
         save = Path(_flag(command, "--save-path") or "")
         epochs = [int(p.name) for p in save.iterdir() if p.name.isdigit()] if save.is_dir() else []
@@ -151,7 +279,14 @@ def _dataset_rows(out: Path) -> int | None:
 # ---- fetch ---------------------------------------------------------------------------------------------
 
 
-def fetch(verifier: str, dest: str, revision: str | None, data: list[str]) -> int:
+def fetch(
+    verifier: str,
+    dest: str,
+    revision: str | None,
+    data: list[str],
+    convert: str | None = None,
+    convert_revision: str | None = None,
+) -> int:
     code = stage_copy(verifier, dest, revision, kind="verifier")
     if code != 0:
         return code
@@ -162,7 +297,16 @@ def fetch(verifier: str, dest: str, revision: str | None, data: list[str]) -> in
             print(f"trainer fetch: --data wants SOURCE=DEST, got {pair!r}", file=sys.stderr)
             return 2
         files += _fetch_data(source, Path(target))
-    report("fetch", verifier=dest, revision=revision, dataFiles=files)
+    if convert:
+        source, sep, target = convert.partition("=")
+        if not sep:
+            print(f"trainer fetch: --convert wants SOURCE=DEST, got {convert!r}", file=sys.stderr)
+            return 2
+        # a third-party layout: its config, weights (safetensors, else pytorch_model.bin) and tokenizer files
+        code = stage_copy(source, target, convert_revision, kind="verifier")
+        if code != 0:
+            return code
+    report("fetch", verifier=dest, revision=revision, dataFiles=files, converted=convert and convert.partition("=")[0])
     return 0
 
 

@@ -122,7 +122,35 @@ TRAIN_BAD = {
                                       "spec.data.sources", "cannot combine regenerated rows"),
     "output scheme": ({**TRAIN, "output": {"uri": "gs://bucket/x"}}, "spec.output.uri", "should match"),
 }  # fmt: skip
+CONVERT = {**{k: v for k, v in TRAIN.items() if k != "data"}, "algorithm": "eagle3",
+           "convert": {"source": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}}  # fmt: skip
+TRAIN_BAD.update({
+    "data and convert": ({**TRAIN, "convert": CONVERT["convert"]}, "spec", "exactly one of them"),
+    "neither data nor convert": ({k: v for k, v in CONVERT.items() if k != "convert"}, "spec",
+                                 "exactly one of them"),
+    "convert peagle": ({**CONVERT, "algorithm": "peagle"}, "spec.algorithm", "converts eagle3 (SafeAILab"),
+    "convert sets the shape": ({**CONVERT, "draft": {"numLayers": 2}}, "spec.draft", "keeps the source's shape"),
+    "convert trains": ({**CONVERT, "training": {"nodes": 2}}, "spec.training", "is not trained"),
+    "convert revision on s3": ({**CONVERT, "convert": {"source": "s3://drafts/eagle3", "revision": "v1"}},
+                               "spec.convert.revision", "applies to a hub source"),
+    "convert mtp layers": ({**CONVERT, "algorithm": "mtp", "draft": {"targetLayerIds": [3]}},
+                           "spec.draft.targetLayerIds", "does not apply"),
+    "convert norm on dflash": ({**CONVERT, "algorithm": "dflash",
+                                "convert": {**CONVERT["convert"], "normBeforeResidual": True}},
+                               "spec.convert.normBeforeResidual", "an eagle3 setting"),
+    "convert scheme": ({**CONVERT, "convert": {"source": "gs://drafts/eagle3"}}, "spec.convert.source",
+                       "should match"),
+})  # fmt: skip
 BAD.update({f"train: {case}": bad for case, bad in TRAIN_BAD.items()})
+
+
+def test_a_convert_job_is_accepted_without_data(cluster: Cluster, operator_crds: list[str], namespace: str) -> None:
+    spec = {**CONVERT, "draft": {"targetLayerIds": [1, 16, 29]},
+            "convert": {**CONVERT["convert"], "revision": "main", "normBeforeResidual": True}}  # fmt: skip
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=stj("convert", spec))
+    stored = json.loads(cluster.kubectl("get", "-n", namespace, "stj/convert", "-o", "json").stdout)["spec"]
+    assert stored["convert"]["normBeforeResidual"] is True
+    assert "data" not in stored
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

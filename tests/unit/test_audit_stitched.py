@@ -54,6 +54,9 @@ BAD: dict[str, tuple[Any, dict[str, Any], str, str]] = {
     "fewer layers than the count": (
         lambda: stitched_mtp({**QWEN3_NEXT, "num_nextn_predict_layers": 2}), {}, "mtp-stitched-layers",
         "no mtp.layers.1"),
+    "a tensor vLLM has no parameter for": (
+        lambda: (stitched_mtp()[0], {**stitched_mtp()[1], "verifier_lm_head.weight": ("BF16", [151936, 2048])}),
+        {}, "mtp-stitched-names", "'verifier_lm_head.weight'"),
     "more layers than the count": (lambda: stitched_mtp(layers=2), {}, "mtp-stitched-layers", "mtp.layers.1"),
     "fc missing": (lambda: (stitched_mtp()[0], _without(stitched_mtp()[1], "mtp.fc.weight")), {},
                    "mtp-stitched-shapes", "mtp.fc.weight is missing"),

@@ -225,3 +225,45 @@ def test_a_stuck_stage_pod_is_named_in_the_status() -> None:
     assert conds["Ready"]["reason"] == "ErrImagePull"
     assert "connection refused" in conds["Ready"]["message"]
     assert "ErrImagePull" in p.status["stages"][0]["message"]
+
+
+CONVERT = SpeculatorTrainJobSpec.model_validate({
+    "verifier": {"model": "Qwen/Qwen3-8B"}, "algorithm": "dflash", "output": {"uri": "s3://drafts/q"},
+    "convert": {"source": "hf://z-lab/Qwen3-8B-DFlash-b16", "revision": "a1b2"},
+})  # fmt: skip
+
+
+def test_a_convert_job_runs_fetch_convert_audit_publish_and_records_its_source() -> None:
+    p = run(observed(), CONVERT)
+    assert [s["name"] for s in p.status["stages"]] == ["fetch", "convert", "audit", "publish"]
+    p = run(observed(jobs={"fetch": job("done")}), CONVERT)
+    assert ("Job", "q-convert") in kinds(p)
+    assert p.status["phase"] == "Converting"
+    assert not any(c["kind"] == "Deployment" for c in p.apply)  # no vLLM server for a conversion
+    assert p.status["provenance"]["convertedFrom"] == "hf://z-lab/Qwen3-8B-DFlash-b16@a1b2"
+    assert "convert" in p.status["provenance"]["commands"]
+    assert "epochs" not in p.status.get("progress", {})
+
+
+def test_a_failed_conversion_fails_the_run_naming_the_stage_and_the_converters_words() -> None:
+    message = "ValueError: Unexpected keys in checkpoint -- the structure does not match DFlashDraftModel"
+    p = run(observed(jobs={"fetch": job("done"), "convert": job("failed", 1)}, failures={"convert": message}), CONVERT)
+    assert p.status["phase"] == "Failed"
+    ready = {c["type"]: c for c in p.status["conditions"]}["Ready"]
+    assert ready["reason"] == "StageFailed"
+    assert "convert" in ready["message"]
+    assert "Unexpected keys" in ready["message"]
+    assert ("Job", "q-audit") not in kinds(p)
+    assert ("Job", "q-publish") not in kinds(p)
+
+
+def test_mtp_is_stitched_before_the_audit() -> None:
+    spec = SpeculatorTrainJobSpec.model_validate({**SPEC.model_dump(by_alias=True, exclude_none=True),
+                                                  "algorithm": "mtp"})  # fmt: skip
+    obs = observed(jobs={s: job("done") for s in ("fetch", "prepare", "extract", "train")})
+    obs.verifier_model_type = "qwen3_next"
+    p = run(obs, spec)
+    assert p.status["phase"] == "Stitching"
+    assert ("Job", "q-stitch") in kinds(p)
+    qwen3 = observed()  # speculators trains MTP layers for qwen3 too, but vLLM serves no qwen3 with mtp
+    assert run(qwen3, spec).status["phase"] == "Failed"

@@ -67,6 +67,38 @@ def test_mtp_and_unknown_algorithms_are_refused() -> None:
         rendered("xpress", 3)
 
 
+def stitched(k: int = 1, layers: int = 1, **serving: Any) -> Any:
+    parsed = SpeculatorDeploymentSpec.model_validate({
+        "verifier": {"model": "s3://models/qwen3-next"}, "speculator": {"source": "s3://drafts/qwen3-next-mtp"},
+        "serving": {"numSpeculativeTokens": k, **serving},
+    })  # fmt: skip
+    draft = Draft("mtp", layers, "s3:abc", stitched=True)
+    return render(Inputs("qwen", "ns", parsed, get_release(), draft, "s3:ver", "uid-1"))
+
+
+def test_a_stitched_mtp_model_is_served_as_the_target_with_method_mtp() -> None:
+    r = stitched(2, layers=1, cutoff={"maxBatchSize": 8}, maxNumSeqs=16)
+    assert r.vllm_args[:2] == ["serve", "/models/draft"]  # the model itself, not the verifier beside a draft
+    assert "--revision" not in r.vllm_args
+    config = spec_config(r)
+    assert config["method"] == "mtp"
+    assert "model" not in config  # no draft model: vLLM builds the MTP layers from the target's weights
+    assert config["num_speculative_tokens"] == 2
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 8, 2], [9, 16, 0]]
+    pod = r.children[0]["spec"]["template"]["spec"]
+    (stage,) = pod["initContainers"]  # the stitched model only: the verifier is not staged
+    assert stage["args"][:4] == ["stage", "s3://drafts/qwen3-next-mtp", "/models/draft", "--kind"]
+    assert stage["args"][4] == "verifier"  # served as the target: its tokenizer comes with it
+    serve = pod["containers"][0]["command"]
+    assert serve[serve.index("--verifier") + 1] == "s3://models/qwen3-next"  # its config only, to audit against
+
+
+def test_a_stitched_k_must_be_a_multiple_of_its_layers_above_them() -> None:
+    assert spec_config(stitched(4, layers=2))["num_speculative_tokens"] == 4
+    with pytest.raises(RenderError, match="not a multiple"):
+        stitched(3, layers=2)
+
+
 def test_pod_shape() -> None:
     r = rendered("dflash", 15, replicas=2, tensorParallelSize=2, shutdownTimeoutSeconds=90)
     deployment, service, pdb = r.children

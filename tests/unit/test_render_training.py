@@ -75,7 +75,65 @@ def test_mtp_extracts_only_the_last_layer() -> None:
     ids = json.loads(args[args.index("--speculative-config") + 1])["draft_model_config"]["hf_config"]
     assert ids["eagle_aux_hidden_state_layer_ids"] == [36]
     assert "--target-layer-ids" not in by_name(i)["train"].command
-    assert "--release" not in by_name(i)["audit"].command  # served only once stitched into the verifier
+
+
+def test_an_mtp_head_is_stitched_into_its_verifier_and_that_is_audited_and_published() -> None:
+    found = by_name(inputs(algorithm="mtp"))
+    assert list(found)[-4:] == ["train", "stitch", "audit", "publish"]
+    assert found["stitch"].command == [
+        "speculators", "stitch-mtp", "/workspace/checkpoints", "/workspace/verifier", "--output-path",
+        "/workspace/stitched",
+    ]  # fmt: skip
+    audit = found["audit"].command
+    assert audit[3] == "/workspace/stitched"
+    assert audit[audit.index("--release") + 1] == get_release().name  # served: audited against the pinned vLLM
+    assert found["publish"].command[3] == "/workspace/stitched"
+    assert "stitch" not in by_name(inputs())  # other drafts are published as trained
+
+
+CONVERT: dict[str, Any] = {**{k: v for k, v in BASE.items() if k != "data"},
+                           "convert": {"source": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "revision": "v1",
+                                       "credentials": {"name": "hub"}}}  # fmt: skip
+
+
+def test_a_convert_job_fetches_converts_audits_and_publishes() -> None:
+    i = inputs(**{**CONVERT, "draft": {"targetLayerIds": [1, 17, 32]}, "convert": {
+        **CONVERT["convert"], "normBeforeResidual": True}})  # fmt: skip
+    found = by_name(i)
+    assert list(found) == ["fetch", "convert", "audit", "publish"]
+    fetch = found["fetch"].command
+    assert fetch[fetch.index("--convert") + 1] == "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B=/workspace/convert-source"
+    assert fetch[fetch.index("--convert-revision") + 1] == "v1"
+    (job,) = found["fetch"].children
+    env_from = job["spec"]["template"]["spec"]["containers"][0]["envFrom"]
+    assert {"secretRef": {"name": "hub"}} in env_from
+    convert = found["convert"].command
+    assert convert[:3] == ["speculators", "convert", "/workspace/convert-source"]
+    assert convert[convert.index("--algorithm") + 1] == "eagle3"
+    assert convert[convert.index("--output-path") + 1] == "/workspace/checkpoints"
+    kwargs = json.loads(convert[convert.index("--algorithm-kwargs") + 1])
+    assert kwargs == {"norm_before_residual": True, "eagle_aux_hidden_state_layer_ids": [1, 17, 32]}
+    assert found["audit"].command[3] == "/workspace/checkpoints"
+    assert not any(s.server for s in found.values())  # no vLLM server: nothing to regenerate or extract
+
+
+def test_convert_kwargs_follow_the_algorithm() -> None:
+    dflash = by_name(inputs(**{**CONVERT, "algorithm": "dflash", "draft": {"targetLayerIds": [2, 5]}}))["convert"]
+    assert json.loads(dflash.command[-1]) == {"aux_hidden_state_layer_ids": [2, 5]}
+    plain = by_name(inputs(**{**CONVERT, "algorithm": "dflash"}))["convert"]
+    assert "--algorithm-kwargs" not in plain.command
+    mtp = by_name(inputs(**{**CONVERT, "algorithm": "mtp", "draft": {"numSpeculativeSteps": 2}}))
+    assert json.loads(mtp["convert"].command[-1]) == {"num_speculative_steps": 2}
+    assert list(mtp) == ["fetch", "convert", "stitch", "audit", "publish"]
+
+
+def test_a_pvc_source_is_mounted_and_copied() -> None:
+    i = inputs(**{**CONVERT, "convert": {"source": "pvc://drafts/eagle3/v2"}})
+    fetch = by_name(i)["fetch"]
+    command = fetch.command
+    assert command[command.index("--convert") + 1] == "/mnt/sources/drafts/eagle3/v2=/workspace/convert-source"
+    pod = fetch.children[0]["spec"]["template"]["spec"]
+    assert {"name": "src0", "persistentVolumeClaim": {"claimName": "drafts", "readOnly": True}} in pod["volumes"]
 
 
 def test_prepare_data_keeps_token_frequencies_when_the_vocabulary_is_reduced() -> None:

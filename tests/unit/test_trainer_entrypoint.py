@@ -6,14 +6,17 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from speculator_operator import trainer
 from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoint
 from speculator_operator.checkpoint.manifest import LATEST
+from speculator_operator.checkpoint.safetensors_header import header_length, parse_header
+from speculator_operator.trainer import NOT_STITCHED, _stitched_from
 
-from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint
+from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint, write_safetensors
 
 
 @pytest.fixture
@@ -157,3 +160,48 @@ def test_the_same_bytes_for_another_verifier_revision_get_their_own_folder(tmp_p
     assert second["uri"] != first["uri"]  # ... but each record says what its copy was trained for
     records = [json.loads((Path(r["uri"]) / trainer.MARKER).read_text()) for r in (first, second)]
     assert [r["verifierRevision"] for r in records] == ["rev-a", "rev-b"]
+
+
+def test_stitching_leaves_out_the_verifiers_frozen_copies_byte_for_byte(tmp_path: Path) -> None:
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    (root / "config.json").write_text('{"speculators_model_type": "mtp"}')
+    tensors = {"mtp_layers.0.input_proj.weight": ("BF16", [4, 8]), "verifier_lm_head.weight": ("BF16", [16, 4]),
+               "mtp_layers.0.final_layernorm.weight": ("F32", [4])}  # fmt: skip
+    write_safetensors(root / "model.safetensors", tensors, sparse=False, fill=bytes(range(1, 200)))
+    command = _stitched_from(["speculators", "stitch-mtp", str(root), "/v", "--output-path", "/out"])
+    clean = Path(command[2])
+    assert clean == tmp_path / "checkpoints-stitch-input"
+    assert (clean / "config.json").read_text() == '{"speculators_model_type": "mtp"}'
+
+    def read(path: Path) -> dict[str, bytes]:
+        data = path.read_bytes()
+        n = header_length(data[:8], str(path), len(data))
+        found, _ = parse_header(data[8 : 8 + n], str(path), len(data))
+        return {k: data[t.start : t.start + t.nbytes] for k, t in found.items()}
+
+    before = read(root / "model.safetensors")
+    after = read(clean / "model.safetensors")
+    assert set(after) == {k for k in before if not NOT_STITCHED.match(k)}
+    assert all(after[k] == before[k] for k in after)  # the kept tensors' bytes, unchanged
+    # nothing to leave out: stitch-mtp reads the checkpoint where it is
+    (root / "model.safetensors").unlink()
+    write_safetensors(root / "model.safetensors", {"mtp_layers.0.x": ("BF16", [2])}, sparse=False)
+    assert _stitched_from(["speculators", "stitch-mtp", str(root), "/v"])[2] == str(root)
+
+
+def test_a_converted_full_attention_dflash_is_marked_non_causal_as_it_was_trained(tmp_path: Path) -> None:
+    def converted(layer_types: list[str], algorithm: str = "dflash") -> dict[str, Any]:
+        config = {"speculators_model_type": algorithm, "sliding_window_non_causal": False,
+                  "transformer_layer_config": {"layer_types": layer_types}}  # fmt: skip
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        notes = trainer.causal_as_trained(tmp_path)
+        return {"notes": notes, **json.loads((tmp_path / "config.json").read_text())}
+
+    full = converted(["full_attention"] * 2)
+    assert full["sliding_window_non_causal"] is True
+    assert "all 2 layers have full attention" in full["notes"][0]
+    windows = converted(["sliding_attention", "full_attention"])  # causal windows as speculators trains them
+    assert windows["sliding_window_non_causal"] is False
+    assert windows["notes"] == []
+    assert converted(["full_attention"], "eagle3")["notes"] == []

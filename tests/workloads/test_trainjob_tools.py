@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +19,12 @@ import pytest
 
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint import audit, load_checkpoint, load_verifier_config
-from speculator_operator.localcluster import LocalCluster, S3Info
+from speculator_operator.localcluster import S3Info
 from speculator_operator.localcluster.cluster import free_port
 from speculator_operator.releases import get_release
 from speculator_operator.render.training import WORKSPACE, Inputs, server, stages
 
-from .conftest import REPO
+from .conftest import REPO, container_argv
 from .test_rendered_serving import RenderedServer
 
 pytestmark = pytest.mark.workloads
@@ -47,6 +46,10 @@ VARIANTS: list[dict[str, Any]] = [
     {"algorithm": "dspark", "data": {"sources": ["s3://data/rows.jsonl"], "format": "pretokenized"},
      "training": {"dryRun": True}},
     {"algorithm": "mtp", "draft": {"numSpeculativeSteps": 2}, "data": {"sources": ["hf:org/chats"]}},
+    {"algorithm": "eagle3", "convert": {"source": "hf://org/eagle3", "normBeforeResidual": True},
+     "draft": {"targetLayerIds": [1, 4, 6]}},
+    {"algorithm": "dflash", "convert": {"source": "s3://drafts/zlab"}, "draft": {"targetLayerIds": [2, 5]}},
+    {"algorithm": "mtp", "convert": {"source": "hf://Qwen/Qwen3-Next"}, "draft": {"numSpeculativeSteps": 3}},
 ]  # fmt: skip
 
 
@@ -72,7 +75,9 @@ def test_every_rendered_speculators_command_is_accepted_by_the_real_cli(workload
             argv = tool_argv(stage.command)
             if argv is not None:
                 argvs.append(argv)
-    assert {a[1] for a in argvs} == {"regenerate-responses", "prepare-data", "generate-offline-data", "train"}
+    assert {a[1] for a in argvs} == {
+        "regenerate-responses", "prepare-data", "generate-offline-data", "train", "convert", "stitch-mtp"
+    }  # fmt: skip
     # a control the parser must refuse: hybrid caching is gone in 0.9.0
     control = ["speculators", "train", "--verifier-name-or-path", "x", "--on-generate", "cache"]
     out = subprocess.run(
@@ -89,38 +94,11 @@ def test_every_rendered_speculators_command_is_accepted_by_the_real_cli(workload
     assert "on-generate" in refused["error"] or "invalid choice" in refused["error"]
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Info]:
-    bins = (
-        os.environ.get("SPECULATOR_BIN_DIR")
-        or subprocess.run(
-            [str(REPO / "hack" / "build-kube"), "--print-bin-dir"], check=True, capture_output=True, text=True
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
-    local = LocalCluster(tmp_path_factory.mktemp("s3"), Path(bins))
-    info = local.start_s3_only()
-    try:
-        yield info
-    finally:
-        local.stop()
-
-
-def client(info: S3Info) -> Any:
-    return info.client()
-
-
-def container_argv(child: dict[str, Any], workspace: Path) -> list[str]:
-    (c,) = child["spec"]["template"]["spec"]["containers"]
-    return [a.replace(WORKSPACE, str(workspace)) for a in [*c["command"], *c["args"]]]
-
-
 def test_the_trainer_entrypoint_runs_the_real_pipeline_and_publishes_to_s3(
     workloads_env: Path, dry_run_checkpoints: dict[str, Path], s3: S3Info, tmp_path: Path
 ) -> None:
     verifier_dir = dry_run_checkpoints["verifier"]
-    s3c = client(s3)
+    s3c = s3.client()
     for bucket in ("models", "data", "drafts"):
         s3c.create_bucket(Bucket=bucket)
     for f in verifier_dir.iterdir():

@@ -1,4 +1,5 @@
-"""SpeculatorTrainJob: data -> hidden states -> training -> audit -> publish, one Kubernetes Job per stage.
+"""SpeculatorTrainJob: data -> hidden states -> training -> audit -> publish, one Kubernetes Job per stage; or,
+with `convert`, a published third-party draft -> `speculators convert` -> audit -> publish.
 
 The spec admits only the pipeline that works with the pinned speculators release (see
 shared/reference/speculators.md §10): token frequencies are always written when a draft vocabulary is
@@ -17,7 +18,8 @@ from speculator_operator.api.deployment import OWNED_FLAGS, AuditSummary, Verifi
 
 Algorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]
 Phase = Literal[
-    "Pending", "Regenerating", "Preparing", "Extracting", "Training", "Auditing", "Publishing", "Succeeded", "Failed"
+    "Pending", "Regenerating", "Preparing", "Extracting", "Training", "Converting", "Stitching", "Auditing",
+    "Publishing", "Succeeded", "Failed",
 ]  # fmt: skip
 StagePhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
@@ -102,6 +104,30 @@ class Draft(Model):
         json_schema_extra={"items": {"type": "integer", "minimum": 0, "maximum": 1024}},
     )
     from_pretrained: str | None = Field(default=None, max_length=512, description="Start from this draft (path or id).")
+
+
+class Convert(Model):
+    """A draft published in another project's layout, turned into speculators' format by the pinned
+    `speculators convert` (its --algorithm is the job's algorithm: eagle3 reads SafeAILab's EAGLE-3
+    checkpoints, dflash z-lab's DFlash, mtp a model with native MTP layers such as Qwen3-Next). The job then
+    runs fetch -> convert -> audit -> publish (mtp: stitched into the verifier first): no data, no hidden
+    states, no training. draft.targetLayerIds, when given, sets the verifier layers the draft reads (eagle3,
+    dflash) and draft.numSpeculativeSteps the MTP steps."""
+
+    source: str = Field(
+        max_length=512,
+        pattern=r"^(hf://[A-Za-z0-9][\w.-]*/[\w.-]+|s3://[a-z0-9][a-z0-9.-]*/.+|pvc://[a-z0-9][a-z0-9.-]*/.+)$",
+        description="The third-party checkpoint: hf://org/repo, s3://bucket/prefix or pvc://claim/path (a folder "
+        "with config.json and model.safetensors or pytorch_model.bin).",
+    )
+    revision: str | None = Field(
+        default=None, min_length=1, max_length=255, description="Branch, tag or commit of a hub source (default main)."
+    )
+    credentials: SecretRef | None = Field(default=None, description="Secret with HF_TOKEN or AWS_* for the source.")
+    norm_before_residual: bool | None = Field(
+        default=None,
+        description="eagle3: the source normalises before the residual (speculators' converter default: false).",
+    )
 
 
 class Workspace(Model):
@@ -210,13 +236,54 @@ def _immutable(field: str) -> dict[str, Any]:
 
 _RULES: list[Any] = [
     {
-        "rule": "(has(self.data.sources) && size(self.data.sources) > 0) || has(self.data.regenerate)",
+        "rule": "has(self.data) != has(self.convert)",
+        "message": "give data (to train a draft) or convert (to convert a published one), exactly one of them",
+    },
+    {
+        "rule": "!has(self.convert) || self.algorithm in ['eagle3', 'dflash', 'mtp']",
+        "message": "speculators 0.9.0 converts eagle3 (SafeAILab EAGLE-3), dflash (z-lab DFlash) and mtp (native MTP "
+        "layers) checkpoints only",
+        "fieldPath": ".algorithm",
+    },
+    {
+        "rule": "!has(self.convert) || (!has(self.draft.numLayers) && !has(self.draft.draftArch) && "
+        "!has(self.draft.draftVocabSize) && !has(self.draft.blockSize) && !has(self.draft.tttSteps) && "
+        "!has(self.draft.numDepths) && !has(self.draft.fromPretrained))",
+        "message": "a converted draft keeps the source's shape: of draft, only targetLayerIds (eagle3, dflash) and "
+        "numSpeculativeSteps (mtp) apply",
+        "fieldPath": ".draft",
+    },
+    {
+        "rule": "!has(self.convert) || !has(self.draft.targetLayerIds) || self.algorithm != 'mtp'",
+        "message": "an MTP head reads the verifier's last layer: draft.targetLayerIds does not apply",
+        "fieldPath": ".draft.targetLayerIds",
+    },
+    {
+        "rule": "!has(self.convert) || !has(self.convert.normBeforeResidual) || self.algorithm == 'eagle3'",
+        "message": "convert.normBeforeResidual is an eagle3 setting",
+        "fieldPath": ".convert.normBeforeResidual",
+    },
+    {
+        "rule": "!has(self.convert) || ((!has(self.training.nodes) || self.training.nodes == 1) && "
+        "(!has(self.training.fsdp) || !self.training.fsdp) && (!has(self.training.dryRun) || !self.training.dryRun) "
+        "&& (!has(self.training.extraArgs) || size(self.training.extraArgs) == 0) && !has(self.training.lr))",
+        "message": "a converted draft is not trained: leave training out",
+        "fieldPath": ".training",
+    },
+    {
+        "rule": "!has(self.convert) || !has(self.convert.revision) || self.convert.source.startsWith('hf://')",
+        "message": "convert.revision applies to a hub source (hf://)",
+        "fieldPath": ".convert.revision",
+    },
+    {
+        "rule": "!has(self.data) || (has(self.data.sources) && size(self.data.sources) > 0) || "
+        "has(self.data.regenerate)",
         "message": "data needs sources or regenerate",
         "fieldPath": ".data",
     },
     {
-        "rule": "!has(self.data.regenerate) || !has(self.data.sources) || size(self.data.sources) == 0 || "
-        "self.data.format == 'pretokenized'",
+        "rule": "!has(self.data) || !has(self.data.regenerate) || !has(self.data.sources) || "
+        "size(self.data.sources) == 0 || self.data.format == 'pretokenized'",
         "message": "data.regenerate with conversation sources: speculators 0.9.0's prepare-data cannot combine "
         "regenerated rows with rendered conversations in one dataset; regenerate those sources too "
         "(data.regenerate.dataset) or give pretokenized sources",
@@ -284,7 +351,8 @@ class SpeculatorTrainJobSpec(Model):
     algorithm: Algorithm = Field(
         description="The draft's algorithm (speculators --speculator-type).", json_schema_extra=_immutable("algorithm")
     )
-    data: Data = Field(json_schema_extra=_immutable("data"))
+    data: Data | None = Field(default=None, json_schema_extra=_immutable("data"))
+    convert: Convert | None = Field(default=None, json_schema_extra=_immutable("convert"))
     draft: Draft = Field(default_factory=Draft, json_schema_extra={"default": {}, **_immutable("draft")})
     hidden_states: HiddenStates = Field(
         default_factory=HiddenStates, json_schema_extra={"default": {}, **_immutable("hiddenStates")}
@@ -302,6 +370,13 @@ class SpeculatorTrainJobSpec(Model):
     deploy_to: str | None = Field(
         default=None, max_length=253, description="A SpeculatorDeployment in this namespace to serve the result."
     )
+
+    @property
+    def dataset(self) -> Data:
+        """The data of a training job (a convert job has none: asking for it is a programming error)."""
+        if self.data is None:
+            raise ValueError("this job converts a published draft: it has no data")
+        return self.data
 
 
 class StageStatus(Model):
@@ -345,6 +420,7 @@ class Provenance(Model):
     verifier_model_type: str | None = None
     verifier_max_positions: int | None = None
     data_fingerprint: str | None = Field(default=None, description="prepare-data's dataset fingerprint.")
+    converted_from: str | None = Field(default=None, description="The third-party draft converted (URI@revision).")
     commands: dict[str, str] | None = Field(default=None, description="Each stage's exact command line.")
 
 

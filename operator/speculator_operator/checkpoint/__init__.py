@@ -7,6 +7,7 @@ from speculator_operator.checkpoint.model import (
     CheckpointError,
     VerifierRef,
     load_checkpoint,
+    load_served,
     load_verifier_config,
     read_verifier,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "VerifierRef",
     "audit",
     "load_checkpoint",
+    "load_served",
     "load_verifier_config",
     "open_source",
     "read_verifier",

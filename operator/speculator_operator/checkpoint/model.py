@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speculator_operator.checkpoint.manifest import INDEX as INDEX_FILE
-from speculator_operator.checkpoint.manifest import PROVENANCE, Manifest
+from speculator_operator.checkpoint.manifest import PROVENANCE, Kind, Manifest
 from speculator_operator.checkpoint.manifest import SINGLE as SINGLE_FILE
 from speculator_operator.checkpoint.safetensors_header import HeaderError, TensorInfo, parse_header
 from speculator_operator.checkpoint.sources import Source, SourceError, open_source, read_header
@@ -203,10 +203,13 @@ class Checkpoint:
         }
 
 
-def load_checkpoint(location: str | Source, credentials: Mapping[str, str] | None = None) -> Checkpoint:
-    """Read config.json and every safetensors header, header only."""
+def load_checkpoint(
+    location: str | Source, credentials: Mapping[str, str] | None = None, kind: Kind = "draft"
+) -> Checkpoint:
+    """Read config.json and every safetensors header, header only. `kind` chooses the files that make it up
+    (a stitched MTP model is served as the target: its tokenizer counts, as a verifier's does)."""
     try:
-        source = open_source(location, credentials) if isinstance(location, str) else location
+        source = open_source(location, credentials, kind) if isinstance(location, str) else location
     except SourceError as exc:
         raise CheckpointError(str(exc)) from None
     try:
@@ -283,6 +286,17 @@ class VerifierRef:
     revision: str | None  # the hub commit sha, or the s3 listing digest
     content: str | None = None  # the identity of the files vLLM reads (see Source.content)
     manifest: Manifest | None = None  # the files a pod stages (s3://)
+
+
+def load_served(location: str, credentials: Mapping[str, str] | None = None) -> Checkpoint:
+    """A SpeculatorDeployment's checkpoint: a draft, or a stitched MTP model, which is read again as what it
+    is served as (the target model, tokenizer and all) at the exact location a pointer led to."""
+    ck = load_checkpoint(location, credentials)
+    if not ck.stitched_mtp:
+        return ck
+    whole = load_checkpoint(ck.uri, credentials, kind="verifier")
+    whole.resolved_from = ck.resolved_from
+    return whole
 
 
 def read_verifier(location: str, credentials: Mapping[str, str] | None = None) -> VerifierRef:

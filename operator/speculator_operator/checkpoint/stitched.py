@@ -69,6 +69,15 @@ def _layers(ctx: AuditContext, _k: int | None) -> Iterator[str]:
         yield f"mtp.layers.{extra[0]}.* is beyond {key} = {count}: vLLM would not load it"
 
 
+def _names(ctx: AuditContext, _k: int | None) -> Iterator[str]:
+    """A causal LM of these families holds `model.*`, `lm_head.*` and `mtp.*`: vLLM refuses any other name
+    ("There is no module or parameter named ..."), e.g. the `verifier_lm_head` speculators' MTP converter
+    saves and stitch-mtp carries over."""
+    stray = sorted(n for n in ctx.checkpoint.tensors if not n.startswith(("model.", "lm_head.", "mtp.")))
+    if stray:
+        yield f"{len(stray)} tensor(s) vLLM has no parameter for, e.g. {stray[0]!r}: it refuses to load the model"
+
+
 def _shapes(ctx: AuditContext, _k: int | None) -> Iterator[str]:
     ck = ctx.checkpoint
     hidden = _int(_text(ck.config).get("hidden_size"))
@@ -112,6 +121,7 @@ _RULES = (
     ("mtp-stitched-family", Severity.ERROR, _family),
     ("mtp-stitched-layers", Severity.ERROR, _layers),
     ("mtp-stitched-shapes", Severity.ERROR, _shapes),
+    ("mtp-stitched-names", Severity.ERROR, _names),
     ("mtp-stitched-verifier", Severity.ERROR, _verifier),
     ("mtp-stitched-tokens", Severity.ERROR, _tokens),
     ("mtp-stitched-served", Severity.INFO, _served),

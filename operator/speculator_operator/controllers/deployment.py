@@ -18,7 +18,7 @@ from speculator_operator.checkpoint import (
     CheckpointError,
     SourceError,
     audit,
-    load_checkpoint,
+    load_served,
     open_source,
     read_verifier,
 )
@@ -117,14 +117,16 @@ def _observe_inputs(
         obs.verifier_revision = spec.verifier.revision  # a pvc:// verifier is read by the pods, which mount it
     release = get_release(spec.release)
     try:
-        ck = load_checkpoint(source, draft_creds)
+        ck = load_served(source, draft_creds)
     except CheckpointError as exc:
         obs.problem = ("CheckpointUnreadable", str(exc))
         return obs
     if ck.resolved_from:
         obs.draft_source = ck.uri  # the exact location a pointer led to: what the pods stage
     if verifier is not None:
-        obs.cost_ratio = pair_cost_ratio({n: t.shape for n, t in ck.tensors.items()}, verifier)
+        # a stitched model holds the verifier too: its drafting cost is its MTP layers'
+        drafting = {n: t.shape for n, t in ck.tensors.items() if not ck.stitched_mtp or n.startswith("mtp.")}
+        obs.cost_ratio = pair_cost_ratio(drafting, verifier)
     obs.audit = audit(
         ck,
         verifier=verifier,
@@ -133,6 +135,9 @@ def _observe_inputs(
         verifier_content=obs.verifier_content,
         release=release,
         allow_lossy=spec.audit.allow_lossy,
+        speculative_tokens=None
+        if spec.serving.num_speculative_tokens == "auto"
+        else int(spec.serving.num_speculative_tokens),
     )
     metrics.audited("SpeculatorDeployment", obs.audit)
     return obs

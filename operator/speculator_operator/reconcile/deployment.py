@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from speculator_operator.api.common import API_VERSION, condition, make_condition, merge_status
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.checkpoint import AuditReport, Manifest
+from speculator_operator.checkpoint import AuditReport, Checkpoint, Manifest
 from speculator_operator.reconcile import Problem
 from speculator_operator.reconcile.pods import first_problem
 from speculator_operator.reconcile.tuning import applied
@@ -112,6 +112,10 @@ def serving_status(
     return out
 
 
+def _what(ck: Checkpoint) -> str:
+    return "stitched MTP model" if ck.stitched_mtp else f"{ck.algorithm} draft"
+
+
 def plan(
     name: str, namespace: str, uid: str | None, spec: SpeculatorDeploymentSpec, release: Release, obs: Observed
 ) -> Plan:
@@ -132,14 +136,14 @@ def plan(
     common = {
         "release": release.name,
         "vllm": release.vllm,
-        "algorithm": ck.algorithm,
+        "algorithm": "mtp" if ck.stitched_mtp else ck.algorithm,
         "verifierRevision": obs.verifier_revision,
         "draftRevision": ck.revision,
         "draftSource": obs.draft_source or spec.speculator.source,
         "audit": audit_summary(report),
         "economics": {
             "costRatio": None if obs.cost_ratio is None else round(obs.cost_ratio, 6),
-            "maxK": ck.speculative_tokens,
+            "maxK": ck.mtp_layers if ck.stitched_mtp else ck.speculative_tokens,
         },
     }
     verifier_cond = make_condition(
@@ -161,10 +165,14 @@ def plan(
             **common,
         )  # fmt: skip
         return Plan(None, status, [("Warning", "AuditFailed", message)])
-    if ck.algorithm is None or ck.speculative_tokens is None:
+    if ck.stitched_mtp and ck.mtp_layers is not None:
+        # the verifier with its MTP layers: served as the target with method mtp, K defaulting to its layer count
+        draft = Draft("mtp", ck.mtp_layers, ck.revision, ck.manifest, stitched=True)
+    elif ck.algorithm is None or ck.speculative_tokens is None:
         return failed(obs, "AuditFailed", "the checkpoint has no algorithm or speculative_tokens")
-    draft = Draft(ck.algorithm, ck.speculative_tokens, ck.revision, ck.manifest)
-    tuned = applied(spec, obs.status.get("tuning"), ck.speculative_tokens)
+    else:
+        draft = Draft(ck.algorithm, ck.speculative_tokens, ck.revision, ck.manifest)
+    tuned = applied(spec, obs.status.get("tuning"), draft.speculative_tokens)
     inputs = Inputs(
         name,
         namespace,
@@ -192,8 +200,8 @@ def plan(
     status = merge_status(
         obs.status, gen,
         make_condition(gen, "Audited", True, "AuditPassed",
-              f"{ck.algorithm} draft passed {len(report.findings)} finding(s) without errors" if report.findings
-              else f"{ck.algorithm} draft passed the audit"),
+              f"{_what(ck)} passed {len(report.findings)} finding(s) without errors" if report.findings
+              else f"{_what(ck)} passed the audit"),
         verifier_cond,
         draft_cond,
         make_condition(gen, "Serving", ready, serving_reason, serving_message),

@@ -9,7 +9,9 @@ with Kubernetes' exponential back-off) and a Job that fails for good fails the r
 the reason and the log tail. Nothing is published unless every stage before publish succeeded.
 Servers exist only while a stage needs them (they hold GPUs).
 
-Phases: Pending, Regenerating, Preparing, Extracting, Training, Auditing, Publishing, Succeeded, Failed.
+Phases: Pending, Regenerating, Preparing, Extracting, Training, Converting, Stitching, Auditing, Publishing,
+Succeeded, Failed. A convert job runs fetch, convert, audit, publish; an mtp job stitches its head into the
+verifier before the audit.
 Condition reasons:
 - Ready: Succeeded | Running | WaitingForServer | StageFailed | InvalidSpec | ReleaseUnsupported |
   VerifierUnreadable | the kubelet's reason for a stuck stage pod (ImagePullBackOff, CrashLoopBackOff, ...)
@@ -27,7 +29,7 @@ from typing import Any
 
 from speculator_operator.api.common import Condition, SecretRef, make_condition, merge_status, now
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.checkpoint.rules import MTP_VERIFIER_TYPES
+from speculator_operator.checkpoint.model import MTP_COUNT_KEY
 from speculator_operator.reconcile.retention import retention_due
 from speculator_operator.releases import Release
 from speculator_operator.render.serving import RenderError
@@ -129,9 +131,15 @@ def _progress(spec: SpeculatorTrainJobSpec, obs: Observed) -> dict[str, Any]:
         "samplesTotal": prepared.get("samples"),
         "samplesExtracted": extracted.get("samples"),
         "epoch": trained.get("epoch"),
-        "epochs": spec.training.epochs,
+        "epochs": spec.training.epochs if spec.convert is None else None,
     }
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _converted_from(spec: SpeculatorTrainJobSpec) -> str | None:
+    if spec.convert is None:
+        return None
+    return f"{spec.convert.source}@{spec.convert.revision}" if spec.convert.revision else spec.convert.source
 
 
 def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[str, Any]:
@@ -147,6 +155,7 @@ def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[
         "verifierModelType": obs.verifier_model_type,
         "verifierMaxPositions": obs.verifier_max_positions,
         "dataFingerprint": obs.reports.get("prepare", {}).get("fingerprint"),
+        "convertedFrom": _converted_from(inputs.spec),
         "commands": {s.name: " ".join(s.command) for s in all_stages},
     }
     return {k: v for k, v in out.items() if v is not None}
@@ -168,10 +177,14 @@ def plan(
         )
         return Plan([], [], status, [("Warning", reason, message)])
     assert obs.verifier_layers is not None
-    if spec.algorithm == "mtp" and obs.verifier_model_type not in MTP_VERIFIER_TYPES:
-        return failed(obs, "InvalidSpec", f"mtp finetunes native MTP layers; the verifier's model_type is "
-                      f"{obs.verifier_model_type!r}, not one of {', '.join(MTP_VERIFIER_TYPES)}")  # fmt: skip
-    if obs.verifier_max_positions is not None and spec.data.seq_length > obs.verifier_max_positions:
+    if spec.algorithm == "mtp" and obs.verifier_model_type not in MTP_COUNT_KEY:
+        message = (
+            f"mtp fine-tunes the verifier's native MTP layers and stitches them back for vLLM to serve with method "
+            f"mtp; the verifier's model_type is {obs.verifier_model_type!r}, not one of {', '.join(MTP_COUNT_KEY)}"
+        )
+        return failed(obs, "InvalidSpec", message)
+    positions = obs.verifier_max_positions
+    if spec.data is not None and positions is not None and spec.data.seq_length > positions:
         message = (f"data.seqLength {spec.data.seq_length} exceeds the verifier's max_position_embeddings "
                    f"{obs.verifier_max_positions}: vLLM would refuse the longer samples")  # fmt: skip
         return failed(obs, "InvalidSpec", message)

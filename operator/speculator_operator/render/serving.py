@@ -56,6 +56,7 @@ class Draft:
     speculative_tokens: int
     revision: str | None = None
     manifest: Manifest | None = None  # the audited files: the only ones the pod may stage
+    stitched: bool = False  # an MTP head stitched into the verifier: served as the target (method mtp)
 
 
 @dataclass(frozen=True)
@@ -103,14 +104,22 @@ def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any] 
     """The long-form --speculative-config for the pinned vLLM (None where tuning switched speculation off),
     and notes for conditions."""
     algo, vllm = inputs.draft.algorithm, inputs.release.vllm_version
-    if algo == "mtp":
+    if algo == "mtp" and not inputs.draft.stitched:
         raise RenderError("an mtp checkpoint is not a loadable draft: stitch it into the verifier (stitch-mtp)")
-    if algo not in METHOD:
+    if algo not in METHOD and not inputs.draft.stitched:
         raise RenderError(f"vLLM {vllm} has no drafter for {algo!r}")
     k = num_speculative_tokens(inputs.spec, inputs.draft, inputs.tuned)
     if k == 0:
         return None, [("SpeculationOff", "tuning switched speculation off; a probe revision measures it again")]
-    config: dict[str, Any] = {"method": METHOD[algo], "model": draft_path, "num_speculative_tokens": k}
+    if inputs.draft.stitched:
+        # vLLM reuses the n_predict MTP layers in turn: a K above it must be a multiple (vllm.md §1.4)
+        layers = inputs.draft.speculative_tokens
+        if k > layers and k % layers:
+            raise RenderError(f"numSpeculativeTokens {k} is above the model's {layers} MTP layer(s) and not a "
+                              f"multiple of it: vLLM refuses it")  # fmt: skip
+        config: dict[str, Any] = {"method": "mtp", "num_speculative_tokens": k}
+    else:
+        config = {"method": METHOD[algo], "model": draft_path, "num_speculative_tokens": k}
     if algo == "peagle":
         if not supports(vllm, "parallel_drafting"):
             raise RenderError(f"P-EAGLE needs parallel_drafting (vLLM >= 0.16), the release pins {vllm}")
@@ -174,7 +183,8 @@ def _verifier_location(inputs: Inputs) -> tuple[str, list[str]]:
 def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any] | None, list[tuple[str, str]]]:
     spec = inputs.spec
     config, notes = speculative_config(inputs, DRAFT_DIR)
-    model, pin = _verifier_location(inputs)
+    # a stitched MTP model is the verifier itself, with its MTP layers: vLLM serves it as the model
+    model, pin = (DRAFT_DIR, []) if inputs.draft.stitched else _verifier_location(inputs)
     args = [
         "serve", model, *pin,
         "--served-model-name", spec.serving.served_model_name or inputs.name,
@@ -252,15 +262,17 @@ def render(inputs: Inputs) -> Rendered:
     ]
     mounts: list[dict[str, Any]] = [{"name": "models", "mountPath": "/models"}, {"name": "dshm", "mountPath": SHM}]
     source = inputs.draft_source or spec.speculator.source or ""
+    stitched = inputs.draft.stitched
     if source.startswith(("s3://", "hf://")):
-        init.append(_stage(inputs, source, DRAFT_DIR, "draft", inputs.draft.revision, inputs.draft.manifest))
+        kind: Kind = "verifier" if stitched else "draft"  # served as the target: its tokenizer with it
+        init.append(_stage(inputs, source, DRAFT_DIR, kind, inputs.draft.revision, inputs.draft.manifest))
     elif source.startswith("pvc://"):
         volume, mount = pvc_volume(source, "draft", DRAFT_DIR)
         volumes.append(volume)
         mounts.append(mount)
     else:
         raise RenderError(f"speculator source {source!r}: expected hf://, s3:// or pvc://")
-    if spec.verifier.model.startswith("s3://"):
+    if spec.verifier.model.startswith("s3://") and not stitched:
         verifier_stage = _stage(
             inputs, spec.verifier.model, VERIFIER_DIR, "verifier", inputs.verifier_revision, inputs.verifier_manifest
         )
@@ -272,6 +284,8 @@ def render(inputs: Inputs) -> Rendered:
     # what the entrypoint audits the draft against: the mounted/staged copy, or the pinned hub commit
     if spec.verifier.is_hub:
         served_verifier = f"{spec.verifier.uri}@{inputs.verifier_revision or spec.verifier.revision}"
+    elif stitched and spec.verifier.model.startswith("s3://"):
+        served_verifier = spec.verifier.model  # not staged: only its config.json is read, to audit against
     else:
         served_verifier = VERIFIER_DIR
     # the entrypoint audits the staged draft once more, then execs vLLM with exactly these arguments

@@ -34,6 +34,7 @@ from speculator_operator.render.training.common import (
     verifier_facts,
     verifier_layers,
 )
+from speculator_operator.render.training.convert import convert_kwargs, convert_stage, stitch_stage
 from speculator_operator.render.training.data import fetch_stage, needs_render, prepare_stage, regenerate_stage
 from speculator_operator.render.training.finish import audit_stage, publish_stage
 from speculator_operator.render.training.hidden_states import extract_stage, kv_transfer_config, server, server_args
@@ -55,6 +56,7 @@ __all__ = [
     "Inputs",
     "Stage",
     "check_train_args",
+    "convert_kwargs",
     "job_name",
     "kv_transfer_config",
     "needs_render",
@@ -72,10 +74,12 @@ __all__ = [
 
 def stages(inputs: Inputs) -> list[Stage]:
     """Every stage of this job, in order."""
-    found = [
-        fetch_stage(inputs), regenerate_stage(inputs), prepare_stage(inputs), extract_stage(inputs),
-        train_stage(inputs), audit_stage(inputs), publish_stage(inputs),
-    ]  # fmt: skip
+    if inputs.spec.convert is not None:
+        found = [fetch_stage(inputs), convert_stage(inputs)]
+    else:
+        found = [fetch_stage(inputs), regenerate_stage(inputs), prepare_stage(inputs), extract_stage(inputs),
+                 train_stage(inputs)]  # fmt: skip
+    found += [stitch_stage(inputs), audit_stage(inputs), publish_stage(inputs)]
     return [s for s in found if s is not None]
 
 

@@ -28,6 +28,8 @@ PREPARED = f"{WORKSPACE}/prepared"
 HIDDEN_STATES = f"{WORKSPACE}/hidden_states"
 HS_STAGING = f"{WORKSPACE}/hs-staging"
 CHECKPOINTS = f"{WORKSPACE}/checkpoints"
+CONVERT_SOURCE = f"{WORKSPACE}/convert-source"  # a third-party draft, staged for `speculators convert`
+STITCHED = f"{WORKSPACE}/stitched"  # the verifier with the fine-tuned MTP layers (`speculators stitch-mtp`)
 LOGS = f"{WORKSPACE}/logs"
 OUTPUT_MOUNT = "/output"
 RDZV_PORT = 29500
@@ -45,6 +47,11 @@ class Inputs:
     verifier_layers: int  # num_hidden_layers of the verifier
     owner_uid: str | None = None
     verifier_content: str | None = None  # the identity of the verifier files vLLM reads (provenance)
+
+
+def final_checkpoint(inputs: Inputs) -> str:
+    """What the audit reads and the publish writes: an mtp head stitched into its verifier, else the draft."""
+    return STITCHED if inputs.spec.algorithm == "mtp" else CHECKPOINTS
 
 
 @dataclass(frozen=True)

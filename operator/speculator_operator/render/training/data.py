@@ -10,6 +10,7 @@ from speculator_operator.render.serving import (
     pvc_volume,
 )
 from speculator_operator.render.training.common import (
+    CONVERT_SOURCE,
     PREPARED,
     REGENERATED,
     SOURCES,
@@ -27,7 +28,7 @@ from speculator_operator.render.training.common import (
 def _data_locations(inputs: Inputs) -> list[tuple[str, str]]:
     """(source, what prepare-data is given): s3:// and pvc:// sources are fetched into the workspace."""
     out = []
-    for i, src in enumerate(inputs.spec.data.sources):
+    for i, src in enumerate(inputs.spec.dataset.sources):
         if src.startswith(("s3://", "pvc://")):
             leaf = src.rstrip("/").rsplit("/", 1)[-1]
             out.append((src, f"{SOURCES}/{i}/{leaf}"))
@@ -52,25 +53,35 @@ def _pvc_mounts(uris: list[str], prefix: str) -> tuple[list[dict[str, Any]], lis
 
 
 def fetch_stage(inputs: Inputs) -> Stage:
+    """The verifier at its resolved revision, and the data (a training job) or the third-party draft (a
+    convert job), into the workspace."""
     spec = inputs.spec
     command = ["speculator-operator", "trainer", "fetch", "--verifier", spec.verifier.uri, "--dest", VERIFIER]
     if inputs.verifier_revision:
         command += ["--revision", inputs.verifier_revision]
-    fetched = [(s, d) for s, d in _data_locations(inputs) if s != d]
-    regen = spec.data.regenerate
+    fetched = [] if spec.data is None else [(s, d) for s, d in _data_locations(inputs) if s != d]
+    regen = spec.data.regenerate if spec.data is not None else None
     if regen and regen.dataset.startswith(("s3://", "pvc://")):
         fetched.append((regen.dataset, f"{SOURCES}/regenerate/{regen.dataset.rstrip('/').rsplit('/', 1)[-1]}"))
-    volumes, mounts, local = _pvc_mounts([s for s, _ in fetched if s.startswith("pvc://")], "/mnt/sources")
+    convert = spec.convert
+    pvcs = [s for s, _ in fetched if s.startswith("pvc://")]
+    if convert is not None and convert.source.startswith("pvc://"):
+        pvcs.append(convert.source)
+    volumes, mounts, local = _pvc_mounts(pvcs, "/mnt/sources")
     for src, dest in fetched:
         command += ["--data", f"{local.get(src, src)}={dest}"]
-    creds = _secrets(spec.verifier.credentials)
+    if convert is not None:
+        command += ["--convert", f"{local.get(convert.source, convert.source)}={CONVERT_SOURCE}"]
+        if convert.revision:
+            command += ["--convert-revision", convert.revision]
+    creds = _secrets(spec.verifier.credentials, convert.credentials if convert is not None else None)
     container = _container(inputs.release.image("trainer"), command, envFrom=creds, volumeMounts=mounts)
     job = _job(inputs, "fetch", spec.stages.cpu, container, extra_volumes=volumes)
     return Stage("fetch", "Preparing", [job], command=command)
 
 
 def regenerate_stage(inputs: Inputs) -> Stage | None:
-    regen = inputs.spec.data.regenerate
+    regen = inputs.spec.dataset.regenerate
     if regen is None:
         return None
     dataset = regen.dataset
@@ -102,19 +113,19 @@ def regenerate_stage(inputs: Inputs) -> Stage | None:
 
 
 def needs_render(inputs: Inputs) -> bool:
-    return bool(inputs.spec.data.sources) and inputs.spec.data.format == "conversations"
+    return bool(inputs.spec.dataset.sources) and inputs.spec.dataset.format == "conversations"
 
 
 def prepare_stage(inputs: Inputs) -> Stage:
     spec = inputs.spec
     command = ["speculators", "prepare-data", "--model", VERIFIER]
-    if spec.data.regenerate:
+    if spec.dataset.regenerate:
         command += ["--data", REGENERATED]
     for _, given in _data_locations(inputs):
         command += ["--data", given]
-    command += ["--output", PREPARED, "--seq-length", str(spec.data.seq_length), "--overwrite"]
-    if spec.data.max_samples:
-        command += ["--max-samples", str(spec.data.max_samples)]
+    command += ["--output", PREPARED, "--seq-length", str(spec.dataset.seq_length), "--overwrite"]
+    if spec.dataset.max_samples:
+        command += ["--max-samples", str(spec.dataset.max_samples)]
     if spec.draft.draft_vocab_size is not None:
         command.append("--no-skip-token-freq")  # else the trainer silently falls back to the full vocabulary
     server = None

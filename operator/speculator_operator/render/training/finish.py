@@ -1,9 +1,9 @@
-"""The stages after training: the audit of the checkpoint against its verifier and the publish."""
+"""The stages after training or converting: the audit of the checkpoint (an mtp head: the verifier it was
+stitched into) against its verifier and the pinned vLLM, and the publish."""
 
 from __future__ import annotations
 
 from speculator_operator.render.training.common import (
-    CHECKPOINTS,
     OUTPUT_MOUNT,
     VERIFIER,
     Inputs,
@@ -11,13 +11,14 @@ from speculator_operator.render.training.common import (
     _container,
     _job,
     _secrets,
+    final_checkpoint,
 )
 
 
 def audit_stage(inputs: Inputs) -> Stage:
-    command = ["speculator-operator", "trainer", "audit", CHECKPOINTS, "--verifier", VERIFIER]
-    if inputs.spec.algorithm != "mtp":  # an mtp head is served only once stitched into its verifier
-        command += ["--release", inputs.release.name]
+    checkpoint = final_checkpoint(inputs)
+    command = ["speculator-operator", "trainer", "audit", checkpoint, "--verifier", VERIFIER]
+    command += ["--release", inputs.release.name]
     container = _container(inputs.release.image("trainer"), command)
     # 1: audit errors, 2: unreadable checkpoint - neither changes on a retry
     job = _job(inputs, "audit", inputs.spec.stages.cpu, container, fail_fast_codes=(1, 2))
@@ -35,7 +36,7 @@ def publish_stage(inputs: Inputs) -> Stage:
         mounts = [{"name": "output", "mountPath": OUTPUT_MOUNT}]
         target = f"{OUTPUT_MOUNT}/{sub}"
     command = [
-        "speculator-operator", "trainer", "publish", CHECKPOINTS, target,
+        "speculator-operator", "trainer", "publish", final_checkpoint(inputs), target,
         "--verifier", spec.verifier.uri.removeprefix("hf://"),
         "--verifier-revision", inputs.verifier_revision or spec.verifier.revision,
         "--job", f"{inputs.namespace}/{inputs.name}",

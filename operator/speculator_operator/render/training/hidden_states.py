@@ -45,8 +45,8 @@ def extract_stage(inputs: Inputs) -> Stage | None:
         "--concurrency", str(spec.hidden_states.concurrency),
         "--validate-outputs", "--fail-on-error",
     ]  # fmt: skip
-    if spec.data.max_samples:
-        command += ["--max-samples", str(spec.data.max_samples)]
+    if spec.dataset.max_samples:
+        command += ["--max-samples", str(spec.dataset.max_samples)]
     if ranks > 1:
         command += ["--world-size", str(ranks), "--rank", "$(JOB_COMPLETION_INDEX)"]
     container = _container(inputs.release.image("trainer"), _wrapped("extract", command))
@@ -98,12 +98,12 @@ def server_args(inputs: Inputs, role: str) -> list[str]:
     vllm = inputs.release.vllm_version
     hs = inputs.spec.hidden_states
     limit = _max_model_len(hs.extra_args)
-    if limit is not None and limit < inputs.spec.data.seq_length:
+    if limit is not None and limit < inputs.spec.dataset.seq_length:
         # seen with the real tools: prepare-data asks the render endpoint to truncate at seqLength and vLLM
         # refuses every row (400), and the extraction server would refuse the longer samples
         raise RenderError(
             f"hiddenStates.extraArgs sets --max-model-len {limit}, below data.seqLength "
-            f"{inputs.spec.data.seq_length}: the servers must take whole samples"
+            f"{inputs.spec.dataset.seq_length}: the servers must take whole samples"
         )
     args = [
         "serve", VERIFIER,

@@ -99,7 +99,7 @@ def train_command(inputs: Inputs) -> list[str]:
         "--save-path", CHECKPOINTS,
         "--log-dir", LOGS,
         "--epochs", str(spec.training.epochs),
-        "--total-seq-len", str(spec.data.seq_length),
+        "--total-seq-len", str(spec.dataset.seq_length),
         "--hidden-states-backend", spec.hidden_states.backend,
     ]  # fmt: skip
     if spec.algorithm != "mtp":
