@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from speculator_operator import __version__
+from speculator_operator import __version__, progress
 from speculator_operator.checkpoint import CheckpointError, audit, load_verifier_config
 from speculator_operator.checkpoint.manifest import LATEST
 from speculator_operator.checkpoint.manifest import PROVENANCE as MARKER
@@ -92,18 +92,24 @@ def run(stage: str, command: list[str]) -> int:
             return 2
     print(f"trainer: stage {stage}: {' '.join(command)}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
-    watched = stage == "convert"
+    tracker = _tracker(stage, command)
+    env = {**os.environ, "COLUMNS": os.environ.get("COLUMNS", "1000")}  # rich wraps at 80 without a terminal
     try:
-        # the rendered command of this stage; a conversion's log is read on its way through (see _unfilled)
-        proc = subprocess.Popen(command, stderr=subprocess.PIPE if watched else None, text=watched)
+        # the rendered command of this stage; its output is read on its way through to the log (see _relay)
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     except OSError as exc:
         print(f"trainer: cannot start {command[0]}: {exc}", file=sys.stderr)
         return 2
     unfilled: list[str] = []
-    reader = None
-    if watched:
-        reader = threading.Thread(target=_relay, args=(proc.stderr, unfilled), daemon=True)
+    readers = [
+        threading.Thread(target=_relay, args=(stream, sink, tracker, unfilled), daemon=True)
+        for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
+    ]
+    for reader in readers:
         reader.start()
+    stop = threading.Event()
+    ticker = threading.Thread(target=_report_progress, args=(tracker, stop), daemon=True)
+    ticker.start()
 
     def forward(signum: int, _frame: Any) -> None:
         proc.send_signal(signum)
@@ -113,8 +119,12 @@ def run(stage: str, command: list[str]) -> int:
         code = proc.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if reader is not None:
+    for reader in readers:
         reader.join(timeout=60)
+    stop.set()
+    ticker.join(timeout=10)
+    tracker.poll()
+    print(tracker.render(), file=sys.stderr, flush=True)
     if code != 0:
         print(f"trainer: stage {stage} exited with {code}", file=sys.stderr)
         return code if code > 0 else 128 - code
@@ -135,21 +145,42 @@ def run(stage: str, command: list[str]) -> int:
 _PARTIAL_LOAD = re.compile(r"(Missing|Unexpected) keys in checkpoint: (.*)")
 
 
-def _relay(stream: IO[str], unfilled: list[str]) -> None:
-    """Copy the tool's stderr through, noting each part of the source the converter could not place."""
+def _relay(stream: IO[str], sink: IO[str], tracker: progress.Tracker, unfilled: list[str]) -> None:
+    """Copy one of the tool's streams through, feeding the progress tracker and noting each part of a
+    source the converter could not place."""
     for line in stream:
-        sys.stderr.write(line)
+        sink.write(line)
+        sink.flush()
+        tracker.line(line)
         match = _PARTIAL_LOAD.search(line)
-        if match:
+        if match and tracker.stage == "convert":
             unfilled.append(f"{match[1].lower()} keys: {match[2][:300]}")
-    sys.stderr.flush()
 
 
-# speculators 0.9.0's MTP converter saves `verifier_lm_head.weight` (a frozen copy of the verifier's head) with
-# the MTP layers, and stitch-mtp skips only embed_tokens and lm_head (cli/stitch.py _FROZEN_KEYS): the copy
-# lands in the stitched model, where vLLM 0.32.0 finds no such parameter and refuses to load it (seen here).
-# They are the verifier's own weights, never trained: left out of what is stitched.
-NOT_STITCHED = re.compile(r"^verifier_(lm_head|norm)\.")
+PROGRESS_SECONDS = float(os.environ.get("SPECULATOR_PROGRESS_SECONDS", "10"))
+
+
+def _report_progress(tracker: progress.Tracker, stop: threading.Event) -> None:
+    """Print the stage's progress line when it changed, every PROGRESS_SECONDS (the operator reads the last)."""
+    last = ""
+    while not stop.wait(PROGRESS_SECONDS):
+        tracker.poll()
+        line = tracker.render()
+        if line != last:
+            print(line, file=sys.stderr, flush=True)
+            last = line
+
+
+def _tracker(stage: str, command: list[str]) -> progress.Tracker:
+    limit = _flag(command, "--limit")
+    total = int(limit) if limit and limit.isdigit() else None
+    if stage == "regenerate":
+        return progress.Tracker(stage, total, Path(_flag(command, "--outfile") or "data.jsonl"))
+    if stage == "extract":
+        samples = _flag(command, "--max-samples")
+        return progress.Tracker(stage, int(samples) if samples and samples.isdigit() else None,
+                                Path(_flag(command, "--output") or "."))  # fmt: skip
+    return progress.Tracker(stage)
 
 
 def causal_as_trained(folder: Path) -> list[str]:
@@ -178,6 +209,13 @@ def causal_as_trained(folder: Path) -> list[str]:
         f"sliding_window_non_causal set true: all {len(layers)} layers have full attention, which the source "
         "and speculators run non-causal and vLLM serves causal under false"
     ]
+
+
+# speculators 0.9.0's MTP converter saves `verifier_lm_head.weight` (a frozen copy of the verifier's head) with
+# the MTP layers, and stitch-mtp skips only embed_tokens and lm_head (cli/stitch.py _FROZEN_KEYS): the copy
+# lands in the stitched model, where vLLM 0.32.0 finds no such parameter and refuses to load it (seen here).
+# They are the verifier's own weights, never trained: left out of what is stitched.
+NOT_STITCHED = re.compile(r"^verifier_(lm_head|norm)\.")
 
 
 def _stitched_from(command: list[str]) -> list[str]:

@@ -21,9 +21,9 @@ pytestmark = pytest.mark.cluster
 PLURAL = "speculatordeployments"
 
 
-def writes(cause: str) -> float:
+def writes(cause: str, kind: str = "SpeculatorDeployment") -> float:
     """The operator's count of its stored status writes for `cause` (its own metric)."""
-    labels = {"kind": "SpeculatorDeployment", "cause": cause}
+    labels = {"kind": kind, "cause": cause}
     return REGISTRY.get_sample_value("speculator_status_writes_total", labels) or 0.0
 
 

@@ -205,3 +205,27 @@ def test_a_converted_full_attention_dflash_is_marked_non_causal_as_it_was_traine
     assert windows["sliding_window_non_causal"] is False
     assert windows["notes"] == []
     assert converted(["full_attention"], "eagle3")["notes"] == []
+
+
+def test_run_relays_the_tools_output_and_ends_with_its_progress_line(
+    report_file: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    tool = (
+        "import sys; print('Training epoch 1/2 started'); "
+        "print('train/loss=1.500, train/full_acc_0=0.250, epoch=0, lr=3.00e-04, global_step=3'); "
+        "print('a warning', file=sys.stderr)"
+    )
+    assert trainer.run("train", [sys.executable, "-c", tool]) == 0
+    out, err = capfd.readouterr()
+    assert "global_step=3" in out  # relayed to the pod's log as the tool printed it
+    assert "a warning" in err
+    last = [line for line in err.splitlines() if line.startswith("speculators-progress ")][-1]
+    assert trainer.progress.parse(last, "train") == {
+        "step": 3, "epoch": 1, "epochs": 2, "loss": 1.5, "metrics": {"train/loss": 1.5, "train/full_acc_0": 0.25}
+    }  # fmt: skip
+
+
+def test_a_conversion_that_left_weights_unfilled_fails(report_file: Path) -> None:
+    tool = "import sys; print('WARNING | Missing keys in checkpoint: [\\'layers.0.q_proj.weight\\']', file=sys.stderr)"
+    assert trainer.run("convert", [sys.executable, "-c", tool, "--output-path", "/nonexistent"]) == 1
+    assert not report_file.exists()

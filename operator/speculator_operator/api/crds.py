@@ -118,10 +118,13 @@ def speculator_train_job_crd() -> dict[str, Any]:
             col("Algorithm", ".spec.algorithm"),
             col("Stage", ".status.stage"),
             col("Epoch", ".status.progress.epoch", "integer"),
+            col("Step", ".status.progress.step", "integer"),
             col("Checkpoint", ".status.checkpoint.uri"),
             col("Age", ".metadata.creationTimestamp", "date"),
             col("Digest", ".status.checkpoint.digest", priority=1),
             col("Verifier-Rev", ".status.provenance.verifierRevision", priority=1),
+            col("Loss", ".status.progress.loss", "number", priority=1),
+            col("ETA-Seconds", ".status.progress.etaSeconds", "integer", priority=1),
         ],
     )
 

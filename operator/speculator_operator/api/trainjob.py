@@ -390,10 +390,22 @@ class StageStatus(Model):
 
 
 class Progress(Model):
+    """What the stages reported when they ended, and the running stage's live report (its pod's progress
+    line, read every SPECULATOR_PROGRESS_SECONDS)."""
+
     samples_extracted: int | None = None
     samples_total: int | None = None
-    epoch: int | None = None
+    epoch: int | None = Field(default=None, description="The epoch running (from 1); once trained, epochs done.")
     epochs: int | None = None
+    stage: str | None = Field(default=None, description="The stage the live values below come from.")
+    samples: int | None = Field(default=None, description="Samples the stage has done so far.")
+    samples_target: int | None = Field(default=None, description="Samples it is to do, where it knows.")
+    step: int | None = Field(default=None, description="The trainer's global step.")
+    epochs_completed: int | None = None
+    loss: float | None = Field(default=None, description="The last logged train/loss.")
+    metrics: dict[str, float] | None = Field(default=None, description="The last logged train/* and val/* values.")
+    eta_seconds: int | None = Field(default=None, description="Estimated seconds until the stage ends.")
+    updated: str | None = Field(default=None, description="When the live values last changed.")
 
 
 class CheckpointRef(Model):

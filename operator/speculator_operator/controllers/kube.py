@@ -216,6 +216,15 @@ def patch_custom(plural: str, namespace: str, name: str, patch: dict[str, Any], 
     target.patch(body=patch, name=name, namespace=namespace, content_type=merge, serialize=False)
 
 
+def pod_log(namespace: str, name: str, container: str, tail_lines: int = 400, limit_bytes: int = 256 * 1024) -> str:
+    """The tail of a container's log (pods/log: read only), as text; an unreadable byte is replaced."""
+    query = [("container", container), ("tailLines", str(tail_lines)), ("limitBytes", str(limit_bytes))]
+    answer = _dynamic().request(
+        "get", f"/api/v1/namespaces/{namespace}/pods/{name}/log", query_params=query, header_params={"Accept": "*/*"}
+    )
+    return bytes(answer.data).decode("utf-8", errors="replace")
+
+
 def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
     return list_objects("v1", "Pod", namespace, label_selector=selector)
 

@@ -32,7 +32,8 @@ AUDITS = Counter("speculator_audits", "Checkpoint audits by kind and outcome (pa
 FINDINGS = Counter("speculator_audit_findings", "Audit findings by rule and severity", ("rule", "severity"))
 STATUS_WRITES = Counter(
     "speculator_status_writes",
-    "Status patches stored, by kind and cause (reconcile, child, scrape, poll, resync, retrain, tuning, retention)",
+    "Status patches stored, by kind and cause (reconcile, child, scrape, poll, resync, retrain, tuning, retention, "
+    "progress)",
     ("kind", "cause"),
 )
 LANE_WAIT = Histogram(

@@ -22,6 +22,7 @@ NEEDED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (GROUP, "speculatortrainjobs/status", ("get", "patch", "update")),
     ("batch", "jobs", (*READ, *WRITE)),
     ("", "pods", READ),
+    ("", "pods/log", ("get",)),  # a running stage's progress line (read only: no right on the pod itself)
     ("", "persistentvolumeclaims", (*READ, *WRITE)),
     ("apps", "deployments", (*READ, *WRITE, "delete")),
     ("apps", "replicasets", ("list",)),

@@ -10,12 +10,15 @@ checkpoint to a SpeculatorDeployment.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any, cast
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from speculator_operator import progress
+from speculator_operator.api.common import now
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint import CheckpointError, read_verifier
 from speculator_operator.controllers import kube, metrics, periodic
@@ -49,6 +52,8 @@ from speculator_operator.render.training import SERVER_ROLES, verifier_facts
 PLURAL = "speculatortrainjobs"
 DEPLOYMENTS = "speculatordeployments"
 LABEL = "speculators.dev/trainjob"
+STAGE_LABEL = "speculators.dev/stage"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 log = logging.getLogger(__name__)
 
 
@@ -282,3 +287,52 @@ async def resync(body: kopf.Body) -> None:
     Reads only, unless something changed."""
     if resync_due(dict(body.get("spec") or {}), dict(body.get("status") or {})):
         await periodic.in_lane(reconcile_object, dict(body))
+
+
+PROGRESS_SECONDS = float(os.environ.get("SPECULATOR_PROGRESS_SECONDS", "15"))
+LIVE_STAGES = frozenset({"regenerate", "prepare", "extract", "train"})
+
+
+@periodic.every(PLURAL, interval=PROGRESS_SECONDS)
+async def watch_progress(body: kopf.Body) -> None:
+    """A running stage's live progress: at most one status write per resource per PROGRESS_SECONDS."""
+    status = body.get("status") or {}
+    if status.get("phase") not in ("Succeeded", "Failed") and status.get("stage") in LIVE_STAGES:
+        for reason, message in await periodic.in_lane(read_progress, dict(body)):
+            kopf.event(body, type="Normal", reason=reason, message=message)
+
+
+def _completion_index(pod: dict[str, Any]) -> int:
+    index = str((pod["metadata"].get("annotations") or {}).get(COMPLETION_INDEX, "0"))
+    return int(index) if index.isdigit() else 0
+
+
+def read_progress(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """The last trustworthy progress line in the running stage pod's log (rank 0 of several) into
+    status.progress; returns an event (reason, message) for each epoch that ended."""
+    meta, status = body["metadata"], body.get("status") or {}
+    namespace, name, stage = meta["namespace"], meta["name"], str(status.get("stage"))
+    pods = kube.list_pods(namespace, f"{LABEL}={name},{STAGE_LABEL}={stage}")
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    if not running:
+        return []
+    pod = min(running, key=_completion_index)
+    try:
+        text = kube.pod_log(namespace, pod["metadata"]["name"], "main")
+    except ApiException as exc:
+        log.debug("%s/%s: no log of %s yet: %s", namespace, name, pod["metadata"]["name"], exc.status)
+        return []
+    parsed = progress.parse(text, stage)
+    if parsed is None:
+        return []
+    old = status.get("progress") or {}
+    new = progress.merged(old, parsed, stage, now())
+    if new == old:
+        return []
+    kube.write_status(PLURAL, namespace, name, {"progress": old}, {"progress": new}, "progress")
+    events = []
+    for epoch in progress.epochs_ended(old, new):
+        loss = new.get("loss")
+        message = f"epoch {epoch}/{new.get('epochs', '?')} completed"
+        events.append(("EpochCompleted", message + (f", train/loss {loss:.4g}" if isinstance(loss, float) else "")))
+    return events

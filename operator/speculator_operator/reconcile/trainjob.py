@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from speculator_operator import progress
 from speculator_operator.api.common import Condition, SecretRef, make_condition, merge_status, now
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint.model import MTP_COUNT_KEY
@@ -124,13 +125,19 @@ def _tail(text: str | None, limit: int = 800) -> str:
 
 
 def _progress(spec: SpeculatorTrainJobSpec, obs: Observed) -> dict[str, Any]:
+    """What the finished stages reported, over the running stage's live values (controllers read those from
+    its pod's log): a finished stage's estimate of its end goes."""
     prepared = obs.reports.get("prepare", {})
     extracted = obs.reports.get("extract", {})
     trained = obs.reports.get("train", {})
+    live = {k: v for k, v in (obs.status.get("progress") or {}).items() if k in progress.LIVE}
+    if live.get("stage") in obs.reports:
+        live.pop("etaSeconds", None)
     out = {
+        **live,
         "samplesTotal": prepared.get("samples"),
         "samplesExtracted": extracted.get("samples"),
-        "epoch": trained.get("epoch"),
+        "epoch": trained.get("epoch", live.get("epoch")),
         "epochs": spec.training.epochs if spec.convert is None else None,
     }
     return {k: v for k, v in out.items() if v is not None}

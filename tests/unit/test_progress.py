@@ -1,0 +1,88 @@
+"""Live progress: the in-pod tracker on speculators' log lines, the operator's reading of the progress line
+(garbage in, nothing used), and the merge into status.progress."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from speculator_operator import progress
+
+# what speculators 0.9.0 prints (train/trainer.py's metric_logger mappings, flattened and formatted by
+# train/logger.py's FormatDictFilter; RichHandler's time, level and source columns around them)
+STEP = ("[10:00:01] INFO     train/loss=2.341, train/full_acc_0=0.125, train/full_acc_1=3.00e-04, "
+        "profile/tokens_per_s=1.20e+04, epoch=0, lr=3.00e-04, global_step={step}      trainer.py:587")  # fmt: skip
+VAL = "[10:05:00] INFO     val/loss_epoch=2.104, val/full_acc_0_epoch=0.210, epoch=0      trainer.py:671"
+
+
+def test_the_tracker_follows_steps_epochs_loss_and_validation() -> None:
+    t = progress.Tracker("train")
+    t.line("[10:00:00] INFO     Training epoch 1/3 started          trainer.py:737")
+    for step in (0, 10, 20):
+        t.line(STEP.format(step=step))
+    t.line("[10:04:59] INFO     Training epoch 1/3 completed          trainer.py:739")
+    t.line(VAL)
+    snap = t.snapshot()
+    assert (snap["stage"], snap["step"], snap["epoch"], snap["epochs"], snap["epochsCompleted"]) == (
+        "train", 20, 1, 3, 1)  # fmt: skip
+    assert snap["loss"] == 2.341
+    assert snap["metrics"]["train/full_acc_1"] == 3e-4
+    assert snap["metrics"]["val/loss_epoch"] == 2.104
+    assert "profile/tokens_per_s" not in snap["metrics"]  # train/* and val/* only
+    assert snap["etaSeconds"] >= 0  # 21 steps an epoch, 3 epochs: the rest at the rate seen
+    line = t.render()
+    assert line.startswith(progress.PREFIX)
+    assert progress.parse(f"other output\n{line}\nmore output", "train") == {
+        k: v for k, v in snap.items() if k != "stage"
+    }
+
+
+def test_regenerate_counts_its_outfile_and_estimates_the_rest(tmp_path: Path) -> None:
+    out = tmp_path / "data.jsonl"
+    t = progress.Tracker("regenerate", total=10, output=out)
+    t.poll()
+    assert "samples" not in t.snapshot()
+    out.write_text('{"a": 1}\n{"a": 2}\n{"a": 3}\n')
+    t.poll()
+    snap = t.snapshot()
+    assert (snap["samples"], snap["samplesTarget"]) == (3, 10)
+    assert snap["etaSeconds"] >= 0
+
+
+def test_prepare_reads_its_progress_bar() -> None:
+    t = progress.Tracker("prepare")
+    t.line("Tokenizing: 45%|████▌     | 450/1000 [00:03<00:04, 130.2 examples/s]")
+    assert (t.snapshot()["samples"], t.snapshot()["samplesTarget"]) == (450, 1000)
+
+
+GARBAGE = [
+    "speculators-progress {not json",
+    'speculators-progress ["a", "list"]',
+    'speculators-progress {"stage": "prepare", "samples": 5}',  # another stage's line
+    'speculators-progress {"stage": "train", "step": -1, "epoch": true, "loss": NaN, "samples": 1e300}',
+    'speculators-progress {"stage": "train", "metrics": {"x": "high", "y": Infinity}, "etaSeconds": "soon"}',
+    "speculators-progress " + json.dumps({"stage": "train", "step": 1, "pad": "x" * 5000}),  # too long
+]
+
+
+def test_a_pod_that_reports_garbage_gives_nothing_or_only_what_checks_out() -> None:
+    assert progress.parse("\n".join(GARBAGE[:3]), "train") is None
+    assert progress.parse(GARBAGE[3], "train") == {}
+    assert progress.parse(GARBAGE[4], "train") == {}
+    assert progress.parse(GARBAGE[5], "train") is None
+    good = 'speculators-progress {"stage": "train", "step": 7, "loss": 1.5, "metrics": {"train/loss": 1.5}}'
+    assert progress.parse("\n".join([good, *GARBAGE]), "train") == {}  # the last line of the stage wins
+    assert progress.parse("\n".join([*GARBAGE, good]), "train") == {"step": 7, "loss": 1.5,
+                                                                    "metrics": {"train/loss": 1.5}}  # fmt: skip
+
+
+def test_the_merge_keeps_what_ended_stages_reported_and_moves_updated_only_on_change() -> None:
+    old = {"samplesTotal": 16, "stage": "prepare", "samples": 16, "updated": "t0"}
+    new = progress.merged(old, {"step": 3, "epoch": 1, "epochs": 2}, "train", "t1")
+    assert new == {"samplesTotal": 16, "stage": "train", "step": 3, "epoch": 1, "epochs": 2, "updated": "t1"}
+    assert progress.merged(new, {"step": 3}, "train", "t2") == new  # nothing moved: no new `updated`
+    later = progress.merged(new, {"step": 9, "epochsCompleted": 1}, "train", "t3")
+    assert (later["step"], later["epoch"], later["updated"]) == (9, 1, "t3")
+    assert progress.epochs_ended(new, later) == [1]
+    assert progress.epochs_ended(later, later) == []
+    assert progress.epochs_ended(old, {**later, "epochsCompleted": 2}) == [1, 2]
