@@ -136,13 +136,17 @@ def test_pinned_vllm_refuses_disable_by_batch_size(
     assert not has_disable_by_batch_size(release.vllm_version)
     spec = {"method": "eagle3", "model": str(dry_run_checkpoints["eagle3"]), "num_speculative_tokens": 3,
             "disable_by_batch_size": 4}  # fmt: skip
-    server = Server(vllm_env, [*base_args(dry_run_checkpoints["verifier"]), "--speculative-config", json.dumps(spec)],
-                    server_log)  # fmt: skip
+    log = refused_at_start(vllm_env, dry_run_checkpoints["verifier"], spec, server_log)
+    assert "disable_by_batch_size" in log
+    assert "ValidationError" in log or "Unexpected keyword argument" in log
+
+
+def refused_at_start(vllm_env: Path, verifier: Path, spec: dict[str, object], log: Path) -> str:
+    """Start vLLM with this speculative config; it must exit without serving. Returns its log."""
+    server = Server(vllm_env, [*base_args(verifier), "--speculative-config", json.dumps(spec)], log)
     try:
         assert server.wait_exit() != 0
-        log = server_log.read_text(errors="replace")
-        assert "disable_by_batch_size" in log
-        assert "ValidationError" in log or "Unexpected keyword argument" in log
+        return log.read_text(errors="replace")
     finally:
         server.stop()
 
@@ -154,11 +158,5 @@ def test_the_cpu_build_refuses_a_dflash2_draft_rather_than_drop_its_candidate_he
     which refuses the draft at start-up (config/vllm.py) instead of drafting without the head. Serving a
     DFlash2 is therefore a GPU check; the audit says so (vllm-runner)."""
     spec = {"method": "dflash", "model": str(dry_run_checkpoints["dflash2"]), "num_speculative_tokens": 7}
-    server = Server(vllm_env, [*base_args(dry_run_checkpoints["verifier"]), "--speculative-config", json.dumps(spec)],
-                    server_log)  # fmt: skip
-    try:
-        assert server.wait_exit() != 0
-        log = server_log.read_text(errors="replace")
-        assert "Model Runner V1 does not support: DFlash candidate-head drafts" in log
-    finally:
-        server.stop()
+    log = refused_at_start(vllm_env, dry_run_checkpoints["verifier"], spec, server_log)
+    assert "Model Runner V1 does not support: DFlash candidate-head drafts" in log

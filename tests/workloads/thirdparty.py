@@ -37,26 +37,33 @@ def _verifier(path: Path) -> dict:
     return json.loads((path / "config.json").read_text())
 
 
+def _decoder(
+    arch: str,
+    kind: str,
+    hidden: int,
+    inter: int,
+    layers: int,
+    heads: int,
+    kv: int,
+    head_dim: int,
+    vocab: int,
+    theta: float,
+) -> dict:
+    """The decoder part of a draft's config.json, as both publishers write it (a transformers config)."""
+    return {
+        "architectures": [arch], "model_type": kind, "hidden_size": hidden, "intermediate_size": inter,
+        "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head_dim,
+        "hidden_act": "silu", "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "rope_theta": theta,
+        "vocab_size": vocab, "torch_dtype": "float32", "tie_word_embeddings": False,
+    }  # fmt: skip
+
+
 def eagle3(verifier: dict, broken: str | None) -> tuple[dict, dict[str, torch.Tensor]]:
     hidden, vocab, draft_vocab = verifier["hidden_size"], verifier["vocab_size"], verifier["vocab_size"] // 2
     heads, kv_heads, head_dim, inter = 2, 1, hidden // 2, 2 * hidden
     config = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        "hidden_size": hidden,
-        "intermediate_size": inter,
-        "num_hidden_layers": 1,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "head_dim": head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": 2048,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0,
-        "vocab_size": vocab,
+        **_decoder("LlamaForCausalLMEagle3", "llama", hidden, inter, 1, heads, kv_heads, head_dim, vocab, 10000.0),
         "draft_vocab_size": draft_vocab,
-        "torch_dtype": "float32",
-        "tie_word_embeddings": False,
     }
     g = torch.Generator().manual_seed(0)
 
@@ -95,21 +102,7 @@ def dflash(verifier: dict, broken: str | None) -> tuple[dict, dict[str, torch.Te
     heads, kv_heads, head_dim, inter, layers = 2, 1, hidden // 2, 2 * hidden, 2
     target = [1, layers_verifier // 2, layers_verifier - 2]  # z-lab's ids (hidden_states[i + 1])
     config = {
-        "architectures": ["DFlashDraftModel"],
-        "model_type": "qwen3",
-        "hidden_size": hidden,
-        "intermediate_size": inter,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "head_dim": head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": 2048,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0,
-        "vocab_size": vocab,
-        "torch_dtype": "float32",
-        "tie_word_embeddings": False,
+        **_decoder("DFlashDraftModel", "qwen3", hidden, inter, layers, heads, kv_heads, head_dim, vocab, 1000000.0),
         "block_size": 8,
         "num_target_layers": layers_verifier,
         "dflash_config": {"target_layer_ids": target, "mask_token_id": vocab - 1},
