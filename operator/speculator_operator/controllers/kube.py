@@ -222,7 +222,8 @@ def pod_log(namespace: str, name: str, container: str, tail_lines: int = 400, li
     answer = _dynamic().request(
         "get", f"/api/v1/namespaces/{namespace}/pods/{name}/log", query_params=query, header_params={"Accept": "*/*"}
     )
-    return bytes(answer.data).decode("utf-8", errors="replace")
+    data = getattr(answer, "data", answer)  # the transport's raw response, or its text already read
+    return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else str(data)
 
 
 def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
