@@ -113,7 +113,9 @@ def test_killing_the_holder_hands_the_work_to_the_standby_once(
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/one", "--timeout=120s")
     first_revision = get(cluster, namespace, "sdep/one")["status"]["revision"]
     before = children(cluster, namespace)
-    # the standby ran no controller: it only watches the Lease
+    # the standby ran no controller: it only watches the Lease (once it has started: under load it may still
+    # be importing when the holder has already made the resource Ready)
+    eventually(lambda: _standing_by(standby, namespace), timeout=60)
     assert f"standby: Lease {namespace}/speculator-operator is held by {active_name}" in standby.log()
     assert "Handler" not in standby.log(), standby.log()[-2000:]
     assert "Handler" in active.log()

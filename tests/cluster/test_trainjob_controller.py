@@ -131,7 +131,7 @@ def test_offline_run_passes_every_stage_in_order(
     assert listed(cluster, namespace, "deployments", "speculators.dev/trainjob=offline") == []
 
     table = cluster.kubectl("get", "speculators", "-n", namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "VERIFIER", "ALGORITHM", "STAGE", "EPOCH", "CHECKPOINT", "AGE"]
+    assert table[0].split() == ["NAME", "PHASE", "VERIFIER", "ALGORITHM", "STAGE", "EPOCH", "STEP", "CHECKPOINT", "AGE"]
     assert table[1].split()[:4] == ["speculatortrainjob.speculators.dev/offline", "Succeeded", store["verifier"],
                                     "eagle3"]  # fmt: skip
 

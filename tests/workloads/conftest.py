@@ -15,7 +15,7 @@ from speculator_operator.render.training import WORKSPACE
 
 from ..lanes import REPO, make_tiny_verifier, run_in, workloads_env_path
 
-__all__ = ["REPO", "container_argv", "run_in"]
+__all__ = ["REPO", "container_argv", "ensure_bucket", "run_in"]
 ALGORITHMS = ("eagle3", "peagle", "dflash", "dflash2", "dspark")
 
 
@@ -90,3 +90,11 @@ def container_argv(child: dict[str, Any], workspace: Path) -> list[str]:
     """A stage Job's container command, with the workspace mount made a local folder."""
     (c,) = child["spec"]["template"]["spec"]["containers"]
     return [a.replace(WORKSPACE, str(workspace)) for a in [*c["command"], *c["args"]]]
+
+
+def ensure_bucket(s3: S3Info, bucket: str) -> Any:
+    """An S3 client, with `bucket` made if it is not there yet (the S3 server is the session's)."""
+    s3c = s3.client()
+    if bucket not in {b["Name"] for b in s3c.list_buckets().get("Buckets", [])}:
+        s3c.create_bucket(Bucket=bucket)
+    return s3c

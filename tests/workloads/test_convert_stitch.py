@@ -26,19 +26,12 @@ from speculator_operator.render.serving import DRAFT_DIR, VERIFIER_DIR, Draft, r
 from speculator_operator.render.serving import Inputs as ServingInputs
 from speculator_operator.render.training import Inputs, stages
 
-from .conftest import REPO, container_argv, run_in
+from .conftest import REPO, container_argv, ensure_bucket, run_in
 from .test_rendered_serving import RenderedServer
 from .test_vllm_cpu import post
 
 pytestmark = pytest.mark.workloads
 THIRDPARTY = REPO / "tests" / "workloads" / "thirdparty.py"
-
-
-def ensure_bucket(s3: S3Info, bucket: str) -> Any:
-    s3c = s3.client()
-    if bucket not in {b["Name"] for b in s3c.list_buckets().get("Buckets", [])}:
-        s3c.create_bucket(Bucket=bucket)
-    return s3c
 
 
 def upload(s3: S3Info, folder: Path, bucket: str, prefix: str) -> str:

@@ -24,7 +24,7 @@ from speculator_operator.localcluster.cluster import free_port
 from speculator_operator.releases import get_release
 from speculator_operator.render.training import WORKSPACE, Inputs, server, stages
 
-from .conftest import REPO, container_argv
+from .conftest import REPO, container_argv, ensure_bucket
 from .test_rendered_serving import RenderedServer
 
 pytestmark = pytest.mark.workloads
@@ -100,7 +100,7 @@ def test_the_trainer_entrypoint_runs_the_real_pipeline_and_publishes_to_s3(
     verifier_dir = dry_run_checkpoints["verifier"]
     s3c = s3.client()
     for bucket in ("models", "data", "drafts"):
-        s3c.create_bucket(Bucket=bucket)
+        ensure_bucket(s3, bucket)
     for f in verifier_dir.iterdir():
         s3c.upload_file(str(f), "models", f"tiny/{f.name}")
     rows = [{"input_ids": [5 + (i * 7 + j) % 500 for j in range(40)], "loss_mask": [0] * 10 + [1] * 30}

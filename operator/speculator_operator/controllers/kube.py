@@ -8,6 +8,7 @@ import base64
 import contextvars
 import functools
 import hashlib
+import ipaddress
 import json
 import logging
 import os
@@ -216,11 +217,39 @@ def patch_custom(plural: str, namespace: str, name: str, patch: dict[str, Any], 
     target.patch(body=patch, name=name, namespace=namespace, content_type=merge, serialize=False)
 
 
+LOG_TIMEOUT = 10.0  # seconds for a stage pod's log tail: a node that does not answer costs one lane this long
+
+
+def _networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    raw = os.environ.get("SPECULATOR_SCRAPE_NETWORKS", "")
+    return [ipaddress.ip_network(n.strip(), strict=False) for n in raw.split(",") if n.strip()]
+
+
+NETWORKS = _networks()
+
+
+def dialable(ip: str) -> bool:
+    """An address that may be dialled for the operator: a serving pod it scrapes, or a stage pod's node,
+    which the API server dials for its log. SPECULATOR_SCRAPE_NETWORKS (comma-separated CIDRs; unset: any)
+    keeps out addresses that are data only, such as kwok's fake pods and nodes."""
+    if not NETWORKS:
+        return True
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return any(address in net for net in NETWORKS)
+
+
 def pod_log(namespace: str, name: str, container: str, tail_lines: int = 400, limit_bytes: int = 256 * 1024) -> str:
     """The tail of a container's log (pods/log: read only), as text; an unreadable byte is replaced."""
     query = [("container", container), ("tailLines", str(tail_lines)), ("limitBytes", str(limit_bytes))]
     answer = _dynamic().request(
-        "get", f"/api/v1/namespaces/{namespace}/pods/{name}/log", query_params=query, header_params={"Accept": "*/*"}
+        "get",
+        f"/api/v1/namespaces/{namespace}/pods/{name}/log",
+        query_params=query,
+        header_params={"Accept": "*/*"},
+        _request_timeout=LOG_TIMEOUT,
     )
     data = getattr(answer, "data", answer)  # the transport's raw response, or its text already read
     return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else str(data)

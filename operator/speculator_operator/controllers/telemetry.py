@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import os
 import time
 from datetime import UTC, datetime
@@ -26,7 +25,7 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
 
-from speculator_operator.controllers import deployment, metrics, periodic
+from speculator_operator.controllers import deployment, kube, metrics, periodic
 from speculator_operator.reconcile.acceptance import (
     Economics,
     MetricsError,
@@ -48,13 +47,6 @@ SCRAPE_TIMEOUT = float(os.environ.get("SPECULATOR_SCRAPE_TIMEOUT_SECONDS", "3"))
 SCRAPE_CONCURRENCY = int(os.environ.get("SPECULATOR_SCRAPE_CONCURRENCY", "16"))
 MAX_BYTES = int(os.environ.get("SPECULATOR_SCRAPE_MAX_BYTES", str(2 * 1024 * 1024)))
 
-
-def _networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    raw = os.environ.get("SPECULATOR_SCRAPE_NETWORKS", "")
-    return [ipaddress.ip_network(n.strip(), strict=False) for n in raw.split(",") if n.strip()]
-
-
-NETWORKS = _networks()
 
 LABELS = ("namespace", "name")
 RATE = Gauge("speculator_acceptance_rate", "Accepted / drafted tokens over the window", LABELS)
@@ -123,16 +115,6 @@ async def serving_pods(*, body: kopf.Body, namespace: str | None, labels: kopf.L
     return {(namespace, labels["speculators.dev/deployment"]): _target(body)}
 
 
-def _allowed(ip: str) -> bool:
-    if not NETWORKS:
-        return True
-    try:
-        address = ipaddress.ip_address(ip)
-    except ValueError:
-        return False
-    return any(address in net for net in NETWORKS)
-
-
 async def fetch_metrics(url: str) -> str:
     """GET a /metrics body, bounded in time and size; MetricsError says what went wrong."""
     semaphore, session = _client()
@@ -164,7 +146,7 @@ async def _scrape_one(window: Window, target: dict[str, Any], now: float) -> Non
     if not ip or not port:
         window.failed(pod, revision, "NoAddress", "the pod has no address or no http port yet", now)
         return
-    if not _allowed(str(ip)):
+    if not kube.dialable(str(ip)):
         window.failed(pod, revision, "OutsideScrapeNetworks", f"{ip} lies outside SPECULATOR_SCRAPE_NETWORKS", now)
         return
     host = f"[{ip}]" if ":" in str(ip) else str(ip)

@@ -313,14 +313,18 @@ def read_progress(body: dict[str, Any]) -> list[tuple[str, str]]:
     meta, status = body["metadata"], body.get("status") or {}
     namespace, name, stage = meta["namespace"], meta["name"], str(status.get("stage"))
     pods = kube.list_pods(namespace, f"{LABEL}={name},{STAGE_LABEL}={stage}")
-    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    # the API server fetches a log from the pod's node: only a node that may be dialled (not kwok's)
+    running = [
+        p for p in pods
+        if (p.get("status") or {}).get("phase") == "Running" and kube.dialable(str(p["status"].get("hostIP") or ""))
+    ]  # fmt: skip
     if not running:
         return []
     pod = min(running, key=_completion_index)
     try:
         text = kube.pod_log(namespace, pod["metadata"]["name"], "main")
-    except ApiException as exc:
-        log.debug("%s/%s: no log of %s yet: %s", namespace, name, pod["metadata"]["name"], exc.status)
+    except Exception as exc:  # a log that cannot be read now is read at the next interval
+        log.debug("%s/%s: no log of %s now: %s", namespace, name, pod["metadata"]["name"], exc)
         return []
     parsed = progress.parse(text, stage)
     if parsed is None:
