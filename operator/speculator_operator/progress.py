@@ -20,6 +20,7 @@ import math
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +204,31 @@ def epochs_ended(old: dict[str, Any] | None, new: dict[str, Any]) -> list[int]:
         return []
     before = (old or {}).get("epochsCompleted") if (old or {}).get("stage") == "train" else 0
     return list(range(int(before or 0) + 1, int(new.get("epochsCompleted") or 0) + 1))
+
+
+def epoch_events(old: dict[str, Any] | None, new: dict[str, Any]) -> list[tuple[str, str]]:
+    """An event (reason, message) for each epoch whose end the new report is the first to show."""
+    loss = new.get("loss")
+    tail = f", train/loss {loss:.4g}" if isinstance(loss, float) else ""
+    return [
+        ("EpochCompleted", f"epoch {epoch}/{new.get('epochs', '?')} completed{tail}")
+        for epoch in epochs_ended(old, new)
+    ]
+
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def stage_pod(pods: list[dict[str, Any]], dialable: Callable[[str], bool]) -> dict[str, Any] | None:
+    """The stage pod whose log to read: a running one (rank 0 of an Indexed Job first) on a node that may be
+    dialled, since the API server fetches a log from the pod's node (kwok's fake nodes may not be)."""
+    running = [
+        p for p in pods
+        if (p.get("status") or {}).get("phase") == "Running" and dialable(str(p["status"].get("hostIP") or ""))
+    ]  # fmt: skip
+    return min(running, key=_completion_index, default=None)
+
+
+def _completion_index(pod: dict[str, Any]) -> int:
+    index = str(((pod.get("metadata") or {}).get("annotations") or {}).get(COMPLETION_INDEX, "0"))
+    return int(index) if index.isdigit() else 0

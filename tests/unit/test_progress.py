@@ -86,3 +86,30 @@ def test_the_merge_keeps_what_ended_stages_reported_and_moves_updated_only_on_ch
     assert progress.epochs_ended(new, later) == [1]
     assert progress.epochs_ended(later, later) == []
     assert progress.epochs_ended(old, {**later, "epochsCompleted": 2}) == [1, 2]
+
+
+def test_the_log_read_is_rank_0s_on_a_node_that_may_be_dialled() -> None:
+    def pod(name: str, phase: str, host: str, index: str | None = None) -> dict[str, object]:
+        annotations = {progress.COMPLETION_INDEX: index} if index is not None else {}
+        return {"metadata": {"name": name, "annotations": annotations}, "status": {"phase": phase, "hostIP": host}}
+
+    def ours(ip: str) -> bool:
+        return ip.startswith("10.250.")
+
+    pods = [pod("r2", "Running", "10.250.0.2", "2"), pod("r0", "Running", "10.250.0.2", "0"),
+            pod("done", "Succeeded", "10.250.0.2", "1"), pod("fake", "Running", "10.0.0.2", "0")]  # fmt: skip
+    chosen = progress.stage_pod(pods, ours)
+    assert chosen is not None
+    assert chosen["metadata"]["name"] == "r0"
+    assert progress.stage_pod([pods[3]], ours) is None  # kwok's node: the API server would dial 10.0.0.2
+    assert progress.stage_pod([pods[2]], ours) is None
+
+
+def test_each_epoch_that_ended_is_one_event_with_its_loss() -> None:
+    old = {"stage": "train", "epochsCompleted": 1}
+    new = {"stage": "train", "epochsCompleted": 3, "epochs": 4, "loss": 1.23456}
+    assert progress.epoch_events(old, new) == [
+        ("EpochCompleted", "epoch 2/4 completed, train/loss 1.235"),
+        ("EpochCompleted", "epoch 3/4 completed, train/loss 1.235"),
+    ]
+    assert progress.epoch_events(new, new) == []

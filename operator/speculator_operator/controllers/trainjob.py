@@ -53,7 +53,6 @@ PLURAL = "speculatortrainjobs"
 DEPLOYMENTS = "speculatordeployments"
 LABEL = "speculators.dev/trainjob"
 STAGE_LABEL = "speculators.dev/stage"
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 log = logging.getLogger(__name__)
 
 
@@ -302,25 +301,15 @@ async def watch_progress(body: kopf.Body) -> None:
             kopf.event(body, type="Normal", reason=reason, message=message)
 
 
-def _completion_index(pod: dict[str, Any]) -> int:
-    index = str((pod["metadata"].get("annotations") or {}).get(COMPLETION_INDEX, "0"))
-    return int(index) if index.isdigit() else 0
-
-
 def read_progress(body: dict[str, Any]) -> list[tuple[str, str]]:
     """The last trustworthy progress line in the running stage pod's log (rank 0 of several) into
     status.progress; returns an event (reason, message) for each epoch that ended."""
     meta, status = body["metadata"], body.get("status") or {}
     namespace, name, stage = meta["namespace"], meta["name"], str(status.get("stage"))
     pods = kube.list_pods(namespace, f"{LABEL}={name},{STAGE_LABEL}={stage}")
-    # the API server fetches a log from the pod's node: only a node that may be dialled (not kwok's)
-    running = [
-        p for p in pods
-        if (p.get("status") or {}).get("phase") == "Running" and kube.dialable(str(p["status"].get("hostIP") or ""))
-    ]  # fmt: skip
-    if not running:
+    pod = progress.stage_pod(pods, kube.dialable)
+    if pod is None:
         return []
-    pod = min(running, key=_completion_index)
     try:
         text = kube.pod_log(namespace, pod["metadata"]["name"], "main")
     except Exception as exc:  # a log that cannot be read now is read at the next interval
@@ -334,9 +323,4 @@ def read_progress(body: dict[str, Any]) -> list[tuple[str, str]]:
     if new == old:
         return []
     kube.write_status(PLURAL, namespace, name, {"progress": old}, {"progress": new}, "progress")
-    events = []
-    for epoch in progress.epochs_ended(old, new):
-        loss = new.get("loss")
-        message = f"epoch {epoch}/{new.get('epochs', '?')} completed"
-        events.append(("EpochCompleted", message + (f", train/loss {loss:.4g}" if isinstance(loss, float) else "")))
-    return events
+    return progress.epoch_events(old, new)
