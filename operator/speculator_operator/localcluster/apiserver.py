@@ -30,11 +30,13 @@ class Api:
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         data = json.dumps(body).encode() if body is not None else None
+        # a PATCH is a JSON merge patch; everything else sends a whole object
+        kind = "application/merge-patch+json" if method == "PATCH" else "application/json"
         req = urllib.request.Request(  # noqa: S310 (https to a local address)
             self.server + path,
             data=data,
             method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            headers={"Content-Type": kind, "Accept": "application/json"},
         )
         with urllib.request.urlopen(req, context=self.ctx, timeout=10) as resp:  # noqa: S310 (a local address)
             result: dict[str, Any] = json.loads(resp.read())

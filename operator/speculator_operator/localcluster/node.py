@@ -179,21 +179,27 @@ def record(prepared: Prepared) -> dict[str, Any]:
 
 
 def _delete_pods(api: Api | None, workdir: Path, timeout: float = 90) -> None:
-    """Delete the node's pods and wait until the kubelet has stopped them (CNI teardown, unmounts). Without
-    an API server (a node killed without its teardown) nobody is asked and nothing is awaited: the caller
-    kills what is left."""
+    """Drain the node: cordon it, so that a controller's replacement for a deleted pod is not bound to it
+    again (the controller manager still runs), delete its pods, and wait until the kubelet has stopped
+    them (CNI teardown, unmounts), deleting any pod bound before the cordon took. Without an API server (a
+    node killed without its teardown) nobody is asked and nothing is awaited: the caller kills what is
+    left."""
     if api is None:
         return
     with contextlib.suppress(OSError, ValueError):
-        pods = api.call("GET", f"/api/v1/pods?fieldSelector=spec.nodeName={kubelet.NODE_NAME}")["items"]
-        for pod in pods:
-            meta = pod["metadata"]
-            with contextlib.suppress(OSError, ValueError):
-                path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
-                api.call("DELETE", path, {"gracePeriodSeconds": 0})
+        api.call("PATCH", f"/api/v1/nodes/{kubelet.NODE_NAME}", {"spec": {"unschedulable": True}})
     pods_dir = kubelet.root_dir(workdir) / "pods"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            pods = api.call("GET", f"/api/v1/pods?fieldSelector=spec.nodeName={kubelet.NODE_NAME}")["items"]
+            for pod in pods:
+                meta = pod["metadata"]
+                if meta.get("deletionTimestamp"):
+                    continue
+                with contextlib.suppress(OSError, ValueError):
+                    path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+                    api.call("DELETE", path, {"gracePeriodSeconds": 0})
         busy = containerd.running_tasks(workdir) if containerd.socket_path(workdir).exists() else []
         mounted = [m for m in traces.mounts() if m.startswith(str(pods_dir) + "/")]
         if not busy and not mounted:
