@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--allow-lossy", action="store_true")
     sv.add_argument("--verifier-revision", help="the audited verifier revision (checked against the provenance)")
     sv.add_argument("--verifier-content", help="the audited identity of the verifier files vLLM reads")
+    sv.add_argument(
+        "--speculate",
+        action="store_true",
+        help="add the speculative config the audited checkpoint calls for (--draft: a run's checkpoints)",
+    )
+    sv.add_argument("--num-speculative-tokens", type=int, help="K with --speculate (default: the checkpoint's)")
     sv.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then the vLLM arguments (serve MODEL ...)")
 
     vl = sub.add_parser("vllm", help="(in pods) exec vLLM with the given arguments (no draft to audit)")
@@ -107,7 +113,28 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--convert-revision", metavar="REV", help="its hub revision")
     r2 = trs.add_parser("run", help="run a stage's tool and report its outcome")
     r2.add_argument("--stage", required=True)
+    r2.add_argument("--hold-out", type=int, metavar="N", help="prepare: split the last N samples off for evaluate")
+    r2.add_argument("--held-out-file", metavar="FILE", help="prepare: where their prompts go (JSON lines)")
     r2.add_argument("tool", nargs=argparse.REMAINDER, help="-- then the command")
+    ev = trs.add_parser(
+        "evaluate",
+        help="measure acceptance in a running vLLM (exit 3: below the bound, 4: no drafts, 5: server not ready)",
+    )
+    ev.add_argument("--endpoint", required=True, help="the vLLM server, http://host:port")
+    ev.add_argument("--model", required=True, help="its served model name")
+    ev.add_argument("--checkpoint", required=True, help="the run's checkpoint folder (for K and the cost ratio)")
+    ev.add_argument("--verifier", required=True, help="the verifier's folder (for the cost ratio)")
+    prompts = ev.add_mutually_exclusive_group(required=True)
+    prompts.add_argument("--prompts-file", help="JSON lines with prompt_token_ids or prompt")
+    prompts.add_argument("--prompts-json", help="a JSON list of prompt strings")
+    ev.add_argument("--max-tokens", type=int, default=64)
+    ev.add_argument("--temperature", type=float, default=0.0)
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--concurrency", type=int, default=4)
+    ev.add_argument("--timeout", type=float, default=1800, help="seconds for the whole evaluation")
+    ev.add_argument("--k", type=int, help="K the server drafts with (default: the checkpoint's)")
+    ev.add_argument("--min-acceptance", type=float)
+    ev.add_argument("--min-speedup", type=float)
     au = trs.add_parser("audit", help="audit the trained checkpoint (exit 1: errors, 2: unreadable)")
     au.add_argument("checkpoints")
     au.add_argument("--verifier", required=True)
@@ -121,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     pb.add_argument("--job", required=True)
     pb.add_argument("--release", required=True)
     pb.add_argument("--uri", help="the target as the user named it (pvc://claim/path for a mounted folder)")
+    pb.add_argument("--evaluation", type=json.loads, help="the evaluate stage's measure (JSON) for the record")
 
     rn = sub.add_parser("run", help="run the operator (kopf) against the cluster of KUBECONFIG or in-cluster")
     scope = rn.add_mutually_exclusive_group()
@@ -376,7 +404,12 @@ def _trainer(args: argparse.Namespace) -> int:
     if args.trainer_command == "fetch":
         return trainer.fetch(args.verifier, args.dest, args.revision, args.data, args.convert, args.convert_revision)
     if args.trainer_command == "run":
-        return trainer.run(args.stage, args.tool[1:] if args.tool[:1] == ["--"] else args.tool)
+        held_out = (args.hold_out, args.held_out_file) if args.hold_out else None
+        return trainer.run(args.stage, args.tool[1:] if args.tool[:1] == ["--"] else args.tool, held_out)
+    if args.trainer_command == "evaluate":
+        from speculator_operator import evaluation
+
+        return evaluation.main(args)
     if args.trainer_command == "audit":
         return trainer.audit_checkpoint(args.checkpoints, args.verifier, args.release)
     return trainer.publish(
@@ -388,6 +421,7 @@ def _trainer(args: argparse.Namespace) -> int:
         args.release,
         verifier_content=args.verifier_content,
         uri=args.uri,
+        evaluation=args.evaluation,
     )
 
 
@@ -527,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.allow_lossy,
                 verifier_revision=args.verifier_revision,
                 verifier_content=args.verifier_content,
+                speculate=args.speculate,
+                k=args.num_speculative_tokens,
             )
         parser.print_help(sys.stderr)
         return 2

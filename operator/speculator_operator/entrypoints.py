@@ -6,21 +6,25 @@
 - `speculator-operator serve --draft DIR --verifier SRC --release NAME -- VLLM_ARGS...`: audit the
   staged draft once more against the verifier and the pinned vLLM, then exec vLLM with exactly the
   rendered arguments. An audit error stops the container (exit 1) before any GPU memory is touched.
+  With `--speculate` (a train job's evaluation server) the draft is the run's checkpoint folder and the
+  speculative config is built from it here, after training wrote it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 import sys
 from pathlib import Path
 
-from speculator_operator.checkpoint import CheckpointError, audit, read_verifier
+from speculator_operator.checkpoint import CheckpointError, audit, checkpoint_dir, load_checkpoint, read_verifier
 from speculator_operator.checkpoint.manifest import FileEntry, Kind, Manifest, s3_revision
 from speculator_operator.checkpoint.sources import HfSource, S3Source, SourceError, s3_client
 from speculator_operator.releases import get_release
+from speculator_operator.render.serving import RenderError, draft_config, draft_of
 
 # How vLLM is started: "cli" (`vllm serve MODEL ...`, the server image) or "api-server"
 # (`python -m vllm.entrypoints.openai.api_server --model MODEL ...`, for builds whose `vllm` script
@@ -57,8 +61,19 @@ def serve(
     allow_lossy: bool = False,
     verifier_revision: str | None = None,
     verifier_content: str | None = None,
+    speculate: bool = False,
+    k: int | None = None,
 ) -> int:
+    """Audit the draft where vLLM reads it, then exec vLLM. With `speculate` (a train job's evaluation
+    server) `draft` is the run's checkpoint folder (its best or last epoch is taken) and the long-form
+    speculative config the audited checkpoint calls for is added: its method, and K (`k`, else its own)."""
     release = get_release(release_name)
+    if speculate:
+        try:
+            draft = str(checkpoint_dir(Path(draft)))
+        except CheckpointError as exc:
+            print(f"serve: {exc}", file=sys.stderr)
+            return 2
     try:
         ref = read_verifier(verifier)
     except CheckpointError as exc:
@@ -78,6 +93,14 @@ def serve(
     if not report.ok:
         print(f"serve: the draft at {draft} failed its audit; not starting vLLM", file=sys.stderr)
         return 1
+    if speculate:
+        try:
+            facts = draft_of(load_checkpoint(draft))
+            config = draft_config(facts, release.vllm_version, k or facts.speculative_tokens, draft)
+        except (CheckpointError, RenderError) as exc:
+            print(f"serve: {exc}", file=sys.stderr)
+            return 2
+        args = [*args, "--speculative-config", json.dumps(config, separators=(",", ":"), sort_keys=True)]
     argv = vllm_argv(args)
     print(f"serve: audit ok; exec {' '.join(argv)}", file=sys.stderr, flush=True)
     os.execvp(argv[0], argv)  # noqa: S606 - replacing this process with vLLM is the point

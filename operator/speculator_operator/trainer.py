@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from speculator_operator import __version__, progress
-from speculator_operator.checkpoint import CheckpointError, audit, load_verifier_config
+from speculator_operator.checkpoint import CheckpointError, audit, checkpoint_dir, load_verifier_config
 from speculator_operator.checkpoint.manifest import LATEST
 from speculator_operator.checkpoint.manifest import PROVENANCE as MARKER
 from speculator_operator.checkpoint.safetensors_header import header_length, parse_header
@@ -79,7 +79,8 @@ def _expand(command: list[str]) -> list[str]:
 # ---- run -----------------------------------------------------------------------------------------------
 
 
-def run(stage: str, command: list[str]) -> int:
+def run(stage: str, command: list[str], held_out: tuple[int, str] | None = None) -> int:
+    """Run the stage's tool; `held_out` (prepare only): split that many samples off into that file."""
     if not command:
         print("trainer run: no command after --", file=sys.stderr)
         return 2
@@ -135,7 +136,18 @@ def run(stage: str, command: list[str]) -> int:
     if stage == "convert":
         for note in causal_as_trained(Path(_flag(command, "--output-path") or "converted")):
             print(f"trainer: stage convert: {note}", file=sys.stderr)
-    report(stage, seconds=round(time.monotonic() - t0, 1), **outcome(stage, command))
+    extra: dict[str, Any] = {}
+    if held_out is not None:
+        from speculator_operator.holdout import EvaluationError, hold_out
+
+        try:
+            kept, held = hold_out(Path(_flag(command, "--output") or "./output"), held_out[0], Path(held_out[1]))
+        except EvaluationError as exc:
+            print(f"trainer: stage {stage}: {exc}", file=sys.stderr)
+            return 2
+        print(f"trainer: stage {stage}: {held} sample(s) held out for evaluate, {kept} to train on", file=sys.stderr)
+        extra["heldOut"] = held
+    report(stage, seconds=round(time.monotonic() - t0, 1), **outcome(stage, command), **extra)
     return 0
 
 
@@ -386,22 +398,6 @@ def _fetch_data(source: str, target: Path) -> int:
 # ---- audit ---------------------------------------------------------------------------------------------
 
 
-def checkpoint_dir(root: Path) -> Path:
-    """The checkpoint to audit and publish: checkpoint_best, else the last epoch, else the folder itself
-    (a dry run writes straight into the save path)."""
-    best = root / "checkpoint_best"
-    if best.exists():
-        return best.resolve()
-    epochs = (
-        sorted((int(p.name), p) for p in root.iterdir() if p.name.isdigit() and p.is_dir()) if root.is_dir() else []
-    )
-    if epochs:
-        return epochs[-1][1]
-    if (root / "config.json").exists():
-        return root
-    raise CheckpointError(f"{root}: no checkpoint_best, epoch folder or config.json")
-
-
 def audit_checkpoint(root: str, verifier: str, release_name: str | None) -> int:
     try:
         folder = checkpoint_dir(Path(root))
@@ -512,9 +508,11 @@ def publish(
     release_name: str,
     verifier_content: str | None = None,
     uri: str | None = None,
+    evaluation: dict[str, Any] | None = None,
 ) -> int:
     """Publish the audited checkpoint to its own immutable location under `target` (`uri` is how the
-    user named a mounted folder target, e.g. pvc://claim/path) and report that location and the digest."""
+    user named a mounted folder target, e.g. pvc://claim/path) and report that location and the digest;
+    `evaluation`, the evaluate stage's measure, goes into the provenance record."""
     try:
         folder = checkpoint_dir(Path(root))
         files = _payload(folder, verifier)
@@ -539,6 +537,7 @@ def publish(
         "vllm": release.vllm,
         "operator": __version__,
         "output": uri or target,
+        "evaluation": evaluation,
         "files": records,
         "published": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
     }

@@ -140,6 +140,15 @@ TRAIN_BAD.update({
                                "spec.convert.normBeforeResidual", "an eagle3 setting"),
     "convert scheme": ({**CONVERT, "convert": {"source": "gs://drafts/eagle3"}}, "spec.convert.source",
                        "should match"),
+    "convert evaluated without prompts": ({**CONVERT, "evaluation": {"minAcceptance": 0.5}},
+                                          "spec.evaluation.prompts", "a convert job has no data to hold out"),
+    "held out everything": ({**TRAIN, "data": {"sources": ["hf:org/chats"], "maxSamples": 16},
+                             "evaluation": {"heldOut": 16}}, "spec.evaluation.heldOut",
+                            "must leave samples to train on"),
+    "acceptance above 1": ({**TRAIN, "evaluation": {"minAcceptance": 1.5}}, "spec.evaluation.minAcceptance",
+                           "should be less than or equal to 1"),
+    "evaluation too short": ({**TRAIN, "evaluation": {"timeoutSeconds": 5}}, "spec.evaluation.timeoutSeconds",
+                             "should be greater than or equal to 60"),
 })  # fmt: skip
 BAD.update({f"train: {case}": bad for case, bad in TRAIN_BAD.items()})
 

@@ -267,3 +267,93 @@ def test_mtp_is_stitched_before_the_audit() -> None:
     assert ("Job", "q-stitch") in kinds(p)
     qwen3 = observed()  # speculators trains MTP layers for qwen3 too, but vLLM serves no qwen3 with mtp
     assert run(qwen3, spec).status["phase"] == "Failed"
+
+
+EVALUATED = SpeculatorTrainJobSpec.model_validate(
+    {**SPEC.model_dump(by_alias=True, exclude_none=True), "evaluation": {"minAcceptance": 0.5, "timeoutSeconds": 600}}
+)
+EVAL_ORDER = ["fetch", "prepare", "extract", "train", "audit", "evaluate", "publish"]
+MEASURED = {
+    "outcome": "Passed",
+    "prompts": 16,
+    "tokens": 1024,
+    "k": 3,
+    "drafts": 300,
+    "rate": 0.71,
+    "meanAcceptedLength": 3.1,
+    "minAcceptance": 0.5,
+}
+
+
+def evaluator(available: bool, created: str = "2026-11-29T10:00:00Z") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "q-evaluator", "generation": 1, "creationTimestamp": created},
+        "spec": {"replicas": 1},
+        "status": {"observedGeneration": 1, "availableReplicas": int(available)},
+    }
+
+
+def test_the_evaluate_stage_runs_between_audit_and_publish_against_its_server() -> None:
+    done = {s: job("done") for s in EVAL_ORDER[:5]}
+    p = run(observed(jobs=done), EVALUATED)
+    assert [s["name"] for s in p.status["stages"]] == EVAL_ORDER
+    assert p.status["phase"] == "Evaluating"
+    assert kinds(p)[1:] == [("Deployment", "q-evaluator"), ("Service", "q-evaluator")]
+    p = run(observed(jobs=done, servers={"evaluator": evaluator(True)}), EVALUATED)
+    assert ("Job", "q-evaluate") in kinds(p)
+
+
+def test_a_passed_evaluation_goes_into_the_status_and_the_published_record() -> None:
+    jobs = {s: job("done") for s in EVAL_ORDER[:6]}
+    p = run(observed(jobs=jobs, reports={"evaluate": {"evaluation": MEASURED}}), EVALUATED)
+    assert p.status["stage"] == "publish"
+    assert p.status["evaluation"] == MEASURED
+    assert p.status["provenance"]["evaluation"] == MEASURED
+    (publish,) = [c for c in p.apply if c["kind"] == "Job"]
+    args = publish["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert json.loads(args[args.index("--evaluation") + 1]) == MEASURED
+
+
+def test_a_draft_below_the_bound_fails_with_its_numbers_and_nothing_is_published() -> None:
+    jobs = {s: job("done") for s in EVAL_ORDER[:5]} | {"evaluate": job("failed")}
+    below = {**MEASURED, "outcome": "AcceptanceBelowThreshold", "rate": 0.02, "meanAcceptedLength": 1.06}
+    tail = "Error (exit code 3): " + json.dumps({"speculatorsReport": 1, "stage": "evaluate", "evaluation": below})
+    p = run(observed(jobs=jobs, failures={"evaluate": tail}, servers={"evaluator": evaluator(True)}), EVALUATED)
+    assert p.status["phase"] == "Failed"
+    failed = {c["type"]: c for c in p.status["conditions"]}["Failed"]
+    assert failed["reason"] == "AcceptanceBelowThreshold"
+    assert "acceptance 0.02" in failed["message"]
+    assert "minAcceptance 0.5" in failed["message"]
+    assert "nothing was published" in failed["message"]
+    assert p.status["evaluation"]["rate"] == 0.02
+    assert "evaluation" not in p.status["provenance"]  # only a passed measure is recorded with a publish
+    assert p.apply == []
+    assert ("apps/v1", "Deployment", "q-evaluator") in p.delete  # the server holds GPUs: it goes
+
+
+def test_zero_drafts_is_named_as_such() -> None:
+    jobs = {s: job("done") for s in EVAL_ORDER[:5]} | {"evaluate": job("failed")}
+    zero = {"outcome": "ZeroDrafts", "prompts": 16, "tokens": 1024, "drafts": 0}
+    tail = "Error (exit code 4): " + json.dumps({"speculatorsReport": 1, "stage": "evaluate", "evaluation": zero})
+    p = run(observed(jobs=jobs, failures={"evaluate": tail}), EVALUATED)
+    failed = {c["type"]: c for c in p.status["conditions"]}["Failed"]
+    assert failed["reason"] == "ZeroDrafts"
+    assert "served without speculation" in failed["message"]
+
+
+def test_an_evaluation_server_that_never_becomes_ready_fails_after_the_timeout() -> None:
+    from datetime import UTC, datetime
+
+    done = {s: job("done") for s in EVAL_ORDER[:5]}
+    within = datetime(2026, 11, 29, 10, 9, 0, tzinfo=UTC)  # 540 s after its creation: still waiting
+    p = run(observed(jobs=done, servers={"evaluator": evaluator(False)}, at=within), EVALUATED)
+    ready = {c["type"]: c for c in p.status["conditions"]}["Ready"]
+    assert ready["reason"] == "WaitingForServer"
+    late = datetime(2026, 11, 29, 10, 10, 1, tzinfo=UTC)
+    p = run(observed(jobs=done, servers={"evaluator": evaluator(False)}, at=late), EVALUATED)
+    failed = {c["type"]: c for c in p.status["conditions"]}["Failed"]
+    assert p.status["phase"] == "Failed"
+    assert failed["reason"] == "EvaluationServerNotReady"
+    assert "q-evaluator was not ready 601 s after it was created (evaluation.timeoutSeconds 600)" in failed["message"]
+    assert ("apps/v1", "Deployment", "q-evaluator") in p.delete
+    assert not [c for c in p.apply if c["kind"] == "Job"]

@@ -282,3 +282,78 @@ def test_verifier_layers_come_from_the_config() -> None:
     assert verifier_layers({"text_config": {"num_hidden_layers": 48}, "num_hidden_layers": 2}) == 48
     with pytest.raises(RenderError):
         verifier_layers({"num_hidden_layers": True})
+
+
+def test_an_evaluated_job_holds_out_samples_and_gates_the_publish_on_its_own_server() -> None:
+    i = inputs(
+        evaluation={
+            "minAcceptance": 0.6,
+            "minSpeedup": 1.3,
+            "heldOut": 32,
+            "timeoutSeconds": 900,
+            "numSpeculativeTokens": 4,
+        },
+        hiddenStates={"extraArgs": ["--max-model-len", "4096"]},
+    )
+    found = by_name(i)
+    assert list(found) == ["fetch", "prepare", "extract", "train", "audit", "evaluate", "publish"]
+    prepare = found["prepare"].children[0]["spec"]["template"]["spec"]["containers"][0]
+    # split off after prepare-data, before extraction and training see the rows
+    assert [prepare["command"][0], *prepare["args"][:8]] == [
+        "speculator-operator", "trainer", "run", "--stage", "prepare", "--hold-out", "32", "--held-out-file",
+        "/workspace/held-out/prompts.jsonl",
+    ]  # fmt: skip
+    assert prepare["args"][8:10] == ["--", "speculators"]
+    ev = found["evaluate"]
+    assert ev.server == "evaluator"
+    assert ev.phase == "Evaluating"
+    job = ev.children[0]
+    assert job["spec"]["activeDeadlineSeconds"] == 900
+    codes = job["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"]
+    assert codes == [2, 3, 4, 5]  # a verdict is not retried
+    cmd = ev.command
+    assert cmd[cmd.index("--endpoint") + 1] == "http://run-evaluator.ml.svc:8000"
+    assert cmd[cmd.index("--prompts-file") + 1] == "/workspace/held-out/prompts.jsonl"
+    assert cmd[cmd.index("--temperature") + 1] == "0.0"  # greedy unless the spec says otherwise
+    assert (cmd[cmd.index("--min-acceptance") + 1], cmd[cmd.index("--min-speedup") + 1]) == ("0.6", "1.3")
+    assert cmd[cmd.index("--k") + 1] == "4"
+    dep, svc = server(i, "evaluator")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    argv = [*c["command"], *c["args"]]
+    # the pod builds the speculative config from the checkpoint training wrote, after auditing it there
+    assert argv[: argv.index("--")] == [
+        "speculator-operator", "serve", "--draft", "/workspace/checkpoints", "--verifier", "/workspace/verifier",
+        "--release", get_release().name, "--speculate", "--num-speculative-tokens", "4",
+    ]  # fmt: skip
+    vllm = argv[argv.index("--") + 1 :]
+    assert vllm[:4] == ["serve", "/workspace/verifier", "--served-model-name", "/workspace/verifier"]
+    assert vllm[-2:] == ["--max-model-len", "4096"]
+    assert "--speculative-config" not in vllm
+    assert svc["metadata"]["name"] == "run-evaluator"
+
+
+def test_an_evaluated_mtp_job_serves_the_stitched_model_and_a_convert_job_sends_the_specs_prompts() -> None:
+    mtp = inputs(algorithm="mtp", evaluation={})
+    dep, _ = server(mtp, "evaluator")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    argv = [*c["command"], *c["args"]]
+    assert argv[argv.index("--draft") + 1] == "/workspace/stitched"
+    assert argv[argv.index("--") + 1 : argv.index("--") + 3] == ["serve", "/workspace/stitched"]
+    assert list(by_name(mtp))[-3:] == ["audit", "evaluate", "publish"]
+    spec = {k: v for k, v in BASE.items() if k != "data"}
+    converted = Inputs("c", "ml", SpeculatorTrainJobSpec.model_validate({
+        **spec, "convert": {"source": "hf://org/eagle3"}, "evaluation": {"prompts": ["Hello", "Write a haiku"]},
+    }), get_release(), "abc123", 36, "uid-1")  # fmt: skip
+    found = by_name(converted)
+    assert list(found) == ["fetch", "convert", "audit", "evaluate", "publish"]
+    cmd = found["evaluate"].command
+    assert json.loads(cmd[cmd.index("--prompts-json") + 1]) == ["Hello", "Write a haiku"]
+    assert "--prompts-file" not in cmd
+    assert "--min-acceptance" not in cmd  # no bound: measured and recorded only
+
+
+def test_an_unevaluated_job_has_no_evaluate_stage_and_no_split() -> None:
+    found = by_name(inputs())
+    assert "evaluate" not in found
+    prepare = found["prepare"].children[0]["spec"]["template"]["spec"]["containers"][0]
+    assert "--hold-out" not in prepare["args"]

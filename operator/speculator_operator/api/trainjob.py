@@ -19,7 +19,7 @@ from speculator_operator.api.deployment import OWNED_FLAGS, AuditSummary, Verifi
 Algorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]
 Phase = Literal[
     "Pending", "Regenerating", "Preparing", "Extracting", "Training", "Converting", "Stitching", "Auditing",
-    "Publishing", "Succeeded", "Failed",
+    "Evaluating", "Publishing", "Succeeded", "Failed",
 ]  # fmt: skip
 StagePhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
@@ -127,6 +127,51 @@ class Convert(Model):
     norm_before_residual: bool | None = Field(
         default=None,
         description="eagle3: the source normalises before the residual (speculators' converter default: false).",
+    )
+
+
+class Evaluation(Model):
+    """The acceptance gate before publish: the pinned vLLM serves the verifier with the audited draft, the
+    held-out prompts are sent to it with fixed sampling, and acceptance is read from vLLM's own counters.
+    A draft below minAcceptance (or below minSpeedup) fails the job with reason AcceptanceBelowThreshold and
+    is not published; without either bound the stage only measures (the numbers go into the status and
+    the provenance record)."""
+
+    min_acceptance: float | None = Field(
+        default=None, ge=0, le=1, description="Lowest acceptance rate (accepted / drafted tokens) to publish."
+    )
+    min_speedup: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Lowest predicted speedup (E(alpha, K) / (1 + n*c), c the draft/verifier cost ratio) to publish.",
+    )
+    held_out: int = Field(
+        default=16,
+        ge=1,
+        le=100_000,
+        description="Samples split off the prepared data before extraction and training (the draft never sees "
+        "them); their prompts are what is evaluated. Ignored when prompts are given.",
+    )
+    prompts: list[str] | None = Field(
+        default=None,
+        max_length=1024,
+        description="Prompts to evaluate instead of held-out samples (a convert job has no data: it needs these).",
+        json_schema_extra={"items": {"type": "string", "minLength": 1, "maxLength": 16384}},
+    )
+    max_tokens: int = Field(default=64, ge=1, le=65_536, description="Tokens generated per prompt (EOS ignored).")
+    temperature: float = Field(default=0.0, ge=0, le=2, description="0: greedy.")
+    seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Sampling seed, where temperature > 0.")
+    num_speculative_tokens: int | None = Field(
+        default=None, ge=1, le=64, description="K to evaluate with (default: the checkpoint's)."
+    )
+    concurrency: int = Field(default=4, ge=1, le=1024, description="Requests in flight.")
+    timeout_seconds: int = Field(
+        default=1800,
+        ge=60,
+        le=86_400,
+        description="How long the stage may take, its vLLM server's start included: a server that is not ready "
+        "by then fails the job (EvaluationServerNotReady).",
     )
 
 
@@ -290,6 +335,18 @@ _RULES: list[Any] = [
         "fieldPath": ".data.sources",
     },
     {
+        "rule": "!has(self.evaluation) || has(self.data) || (has(self.evaluation.prompts) && "
+        "size(self.evaluation.prompts) > 0)",
+        "message": "a convert job has no data to hold out: evaluation.prompts names what to evaluate",
+        "fieldPath": ".evaluation.prompts",
+    },
+    {
+        "rule": "!has(self.evaluation) || !has(self.data) || !has(self.data.maxSamples) || "
+        "has(self.evaluation.prompts) || self.data.maxSamples > self.evaluation.heldOut",
+        "message": "evaluation.heldOut must leave samples to train on: it must be below data.maxSamples",
+        "fieldPath": ".evaluation.heldOut",
+    },
+    {
         "rule": "self.hiddenStates.mode == 'online' || self.hiddenStates.backend != 'mooncake'",
         "message": "offline hidden states need a file-like backend (file or fp8): generate-offline-data cannot "
         "use mooncake",
@@ -362,6 +419,11 @@ class SpeculatorTrainJobSpec(Model):
         default_factory=Workspace, json_schema_extra={"default": {}, **_immutable("workspace")}
     )
     output: Output = Field(json_schema_extra=_immutable("output"))
+    evaluation: Evaluation | None = Field(
+        default=None,
+        description="Evaluate the draft in the pinned vLLM before publishing it (an evaluate stage after the audit). "
+        "It may change: a failed evaluate stage runs again with the new bounds once its Job is deleted.",
+    )
     release: str | None = Field(default=None, max_length=64, description="Pinned release; default: the default one.")
     stages: Stages = Field(default_factory=Stages, json_schema_extra={"default": {}})
     retries: int = Field(
@@ -408,6 +470,25 @@ class Progress(Model):
     updated: str | None = Field(default=None, description="When the live values last changed.")
 
 
+class EvaluationResult(Model):
+    """What the evaluate stage measured (vLLM's spec-decode counters over the evaluated requests)."""
+
+    outcome: str | None = Field(default=None, description="Passed, AcceptanceBelowThreshold or ZeroDrafts.")
+    prompts: int | None = None
+    tokens: int | None = Field(default=None, description="Tokens generated over the evaluated requests.")
+    k: int | None = None
+    drafts: int | None = None
+    rate: float | None = Field(default=None, description="Accepted / drafted tokens.")
+    mean_accepted_length: float | None = None
+    alpha: float | None = None
+    per_position: list[float] | None = None
+    predicted_speedup: float | None = None
+    cost_ratio: float | None = None
+    min_acceptance: float | None = None
+    min_speedup: float | None = None
+    seconds: float | None = Field(default=None, description="Wall time of the measuring client.")
+
+
 class CheckpointRef(Model):
     uri: str | None = Field(
         default=None, description="The exact, immutable location published to (a hub commit for hf://)."
@@ -433,6 +514,7 @@ class Provenance(Model):
     verifier_max_positions: int | None = None
     data_fingerprint: str | None = Field(default=None, description="prepare-data's dataset fingerprint.")
     converted_from: str | None = Field(default=None, description="The third-party draft converted (URI@revision).")
+    evaluation: EvaluationResult | None = Field(default=None, description="The acceptance measured before publish.")
     commands: dict[str, str] | None = Field(default=None, description="Each stage's exact command line.")
 
 
@@ -447,6 +529,7 @@ class SpeculatorTrainJobStatus(Model):
     progress: Progress | None = None
     checkpoint: CheckpointRef | None = None
     audit: AuditSummary | None = None
+    evaluation: EvaluationResult | None = None
     provenance: Provenance | None = None
     retention: Retention | None = None
     deployed_to: str | None = None

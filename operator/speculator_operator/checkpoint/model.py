@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from speculator_operator.checkpoint.manifest import INDEX as INDEX_FILE
@@ -45,6 +46,22 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def checkpoint_dir(root: Path) -> Path:
+    """The checkpoint to audit and publish: checkpoint_best, else the last epoch, else the folder itself
+    (a dry run writes straight into the save path)."""
+    best = root / "checkpoint_best"
+    if best.exists():
+        return best.resolve()
+    epochs = (
+        sorted((int(p.name), p) for p in root.iterdir() if p.name.isdigit() and p.is_dir()) if root.is_dir() else []
+    )
+    if epochs:
+        return epochs[-1][1]
+    if (root / "config.json").exists():
+        return root
+    raise CheckpointError(f"{root}: no checkpoint_best, epoch folder or config.json")
+
+
 @dataclass
 class Checkpoint:
     uri: str
@@ -71,6 +88,11 @@ class Checkpoint:
         """A model with its own MTP layers (`mtp.*`), not a speculators checkpoint: a verifier that
         `speculators stitch-mtp` wrote fine-tuned MTP weights into, served as the target with method mtp."""
         return "speculators_model_type" not in self.config and any(n.startswith("mtp.") for n in self.tensors)
+
+    @property
+    def drafting_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shapes of the tensors that draft (a stitched model holds the verifier too: its MTP layers')."""
+        return {n: t.shape for n, t in self.tensors.items() if not self.stitched_mtp or n.startswith("mtp.")}
 
     @property
     def model_type(self) -> str | None:

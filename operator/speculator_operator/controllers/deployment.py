@@ -124,9 +124,7 @@ def _observe_inputs(
     if ck.resolved_from:
         obs.draft_source = ck.uri  # the exact location a pointer led to: what the pods stage
     if verifier is not None:
-        # a stitched model holds the verifier too: its drafting cost is its MTP layers'
-        drafting = {n: t.shape for n, t in ck.tensors.items() if not ck.stitched_mtp or n.startswith("mtp.")}
-        obs.cost_ratio = pair_cost_ratio(drafting, verifier)
+        obs.cost_ratio = pair_cost_ratio(ck.drafting_shapes, verifier)
     obs.audit = audit(
         ck,
         verifier=verifier,

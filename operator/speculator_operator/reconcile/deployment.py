@@ -34,7 +34,7 @@ from speculator_operator.reconcile import Problem
 from speculator_operator.reconcile.pods import first_problem
 from speculator_operator.reconcile.tuning import applied
 from speculator_operator.releases import Release
-from speculator_operator.render.serving import Draft, Inputs, RenderError, num_speculative_tokens, render
+from speculator_operator.render.serving import Inputs, RenderError, draft_of, num_speculative_tokens, render
 
 MAX_FINDINGS = 20
 REVISION_LABEL = "speculators.dev/revision"
@@ -165,13 +165,10 @@ def plan(
             **common,
         )  # fmt: skip
         return Plan(None, status, [("Warning", "AuditFailed", message)])
-    if ck.stitched_mtp and ck.mtp_layers is not None:
-        # the verifier with its MTP layers: served as the target with method mtp, K defaulting to its layer count
-        draft = Draft("mtp", ck.mtp_layers, ck.revision, ck.manifest, stitched=True)
-    elif ck.algorithm is None or ck.speculative_tokens is None:
-        return failed(obs, "AuditFailed", "the checkpoint has no algorithm or speculative_tokens")
-    else:
-        draft = Draft(ck.algorithm, ck.speculative_tokens, ck.revision, ck.manifest)
+    try:
+        draft = draft_of(ck)
+    except RenderError as exc:
+        return failed(obs, "AuditFailed", str(exc))
     tuned = applied(spec, obs.status.get("tuning"), draft.speculative_tokens)
     inputs = Inputs(
         name,

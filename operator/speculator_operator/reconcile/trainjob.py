@@ -9,13 +9,15 @@ with Kubernetes' exponential back-off) and a Job that fails for good fails the r
 the reason and the log tail. Nothing is published unless every stage before publish succeeded.
 Servers exist only while a stage needs them (they hold GPUs).
 
-Phases: Pending, Regenerating, Preparing, Extracting, Training, Converting, Stitching, Auditing, Publishing,
-Succeeded, Failed. A convert job runs fetch, convert, audit, publish; an mtp job stitches its head into the
-verifier before the audit.
+Phases: Pending, Regenerating, Preparing, Extracting, Training, Converting, Stitching, Auditing, Evaluating,
+Publishing, Succeeded, Failed. A convert job runs fetch, convert, audit, publish; an mtp job stitches its head
+into the verifier before the audit. With spec.evaluation an evaluate stage between audit and publish measures
+the draft's acceptance in the pinned vLLM and refuses to publish one below its bounds.
 Condition reasons:
 - Ready: Succeeded | Running | WaitingForServer | StageFailed | InvalidSpec | ReleaseUnsupported |
   VerifierUnreadable | the kubelet's reason for a stuck stage pod (ImagePullBackOff, CrashLoopBackOff, ...)
-- Failed: StageFailed | InvalidSpec | ReleaseUnsupported | AuditFailed
+- Failed: StageFailed | InvalidSpec | ReleaseUnsupported | AuditFailed | AcceptanceBelowThreshold | ZeroDrafts |
+  EvaluationServerNotReady
 - Audited: AuditPassed | AuditFailed
 - Published: Published
 - HandedOff: Patched | Following | TargetMissing
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from speculator_operator import progress
@@ -62,6 +65,10 @@ class Observed:
     failures: dict[str, str] = field(default_factory=dict)  # stage -> the last failed pod's message (log tail)
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)  # stage -> a stuck pod's (reason, message)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> Deployment
+    at: datetime | None = None  # now (tests set it)
+
+    def now(self) -> datetime:
+        return self.at or datetime.now(UTC)
 
 
 @dataclass
@@ -82,12 +89,12 @@ def _stop_servers(obs: Observed) -> list[tuple[str, str, str]]:
     return out
 
 
-def failed(obs: Observed, reason: str, message: str) -> Plan:
+def failed(obs: Observed, reason: str, message: str, fields: dict[str, Any] | None = None) -> Plan:
     gen = obs.generation
     status = merge_status(
         obs.status, gen,
         make_condition(gen, "Ready", False, reason, message), make_condition(gen, "Failed", True, reason, message),
-        phase="Failed", completionTime=obs.status.get("completionTime") or now(),
+        phase="Failed", completionTime=obs.status.get("completionTime") or now(), **(fields or {}),
     )  # fmt: skip
     events = [] if obs.status.get("phase") == "Failed" else [("Warning", reason, message)]
     return Plan([], _stop_servers(obs), status, events)
@@ -163,6 +170,7 @@ def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[
         "verifierMaxPositions": obs.verifier_max_positions,
         "dataFingerprint": obs.reports.get("prepare", {}).get("fingerprint"),
         "convertedFrom": _converted_from(inputs.spec),
+        "evaluation": inputs.evaluation,
         "commands": {s.name: " ".join(s.command) for s in all_stages},
     }
     return {k: v for k, v in out.items() if v is not None}
@@ -195,8 +203,17 @@ def plan(
         message = (f"data.seqLength {spec.data.seq_length} exceeds the verifier's max_position_embeddings "
                    f"{obs.verifier_max_positions}: vLLM would refuse the longer samples")  # fmt: skip
         return failed(obs, "InvalidSpec", message)
+    evaluated = evaluation_of(obs)
     inputs = Inputs(
-        name, namespace, spec, release, obs.verifier_revision, obs.verifier_layers, uid, obs.verifier_content
+        name,
+        namespace,
+        spec,
+        release,
+        obs.verifier_revision,
+        obs.verifier_layers,
+        uid,
+        obs.verifier_content,
+        evaluated if evaluated and evaluated.get("outcome") == "Passed" else None,
     )
     try:
         all_stages = stages(inputs)
@@ -224,6 +241,8 @@ def plan(
         "progress": _progress(spec, obs),
         "provenance": _provenance(inputs, obs, all_stages),
     }
+    if evaluated:
+        fields["evaluation"] = evaluated
     conds = _audit_conditions(gen, obs)
     if current is None:
         return _succeeded(name, spec, obs, fields, conds)
@@ -231,6 +250,9 @@ def plan(
     if current_state == "Failed":
         message = _failure_message(current.name, current_details, obs.failures.get(current.name))
         reason = "AuditFailed" if current.name == "audit" else "StageFailed"
+        if current.name == "evaluate" and evaluated and evaluated.get("outcome") in EVALUATION_REASONS:
+            reason = str(evaluated["outcome"])
+            message = f"stage evaluate: {_evaluation_words(evaluated)}; nothing was published"
         status = merge_status(
             current_status, gen, *conds,
             make_condition(gen, "Ready", False, "StageFailed", message),
@@ -250,6 +272,9 @@ def plan(
     exists = obs.jobs.get(current.name) is not None
     if current.server:
         apply += server(inputs, current.server)
+        late = _server_late(spec, obs, current)
+        if late:
+            return failed(obs, "EvaluationServerNotReady", late, fields)
         if not exists and not server_available(obs.servers.get(current.server)):
             ready_reason = "WaitingForServer"
             message = f"stage {current.name} waits for its vLLM server {server_name(name, current.server)}"
@@ -277,6 +302,58 @@ def plan(
     elif current_status.get("stage") != current.name:
         events.append(("Normal", "StageStarted", f"stage {current.name}"))
     return Plan(apply, delete, status, events)
+
+
+EVALUATION_REASONS = ("AcceptanceBelowThreshold", "ZeroDrafts", "EvaluationServerNotReady")
+
+
+def evaluation_of(obs: Observed) -> dict[str, Any] | None:
+    """What the evaluate stage measured: its succeeded pod's report, else the report its failed pod left as
+    the termination message (`Error (exit code 3): {...}`)."""
+    found = obs.reports.get("evaluate")
+    if found is None:
+        message = obs.failures.get("evaluate") or ""
+        found = parse_report(message[message.find("{") :]) if "{" in message else None
+    value = (found or {}).get("evaluation")
+    return value if isinstance(value, dict) else None
+
+
+def _evaluation_words(ev: dict[str, Any]) -> str:
+    outcome = ev.get("outcome")
+    if outcome == "ZeroDrafts":
+        return f"vLLM made no drafts over {ev.get('prompts', '?')} prompt(s): it served without speculation"
+    if outcome == "EvaluationServerNotReady":
+        return "the evaluation server was not ready within evaluation.timeoutSeconds"
+    said = f"acceptance {ev.get('rate')} (mean accepted length {ev.get('meanAcceptedLength')}, K={ev.get('k')}"
+    said += f", {ev.get('drafts')} drafts over {ev.get('tokens')} tokens"
+    if ev.get("predictedSpeedup") is not None:
+        said += f", predicted speedup {ev['predictedSpeedup']}"
+    bounds = [f"{n} {ev[k]}" for k, n in (("minAcceptance", "minAcceptance"), ("minSpeedup", "minSpeedup")) if k in ev]
+    return said + ") is below " + " / ".join(bounds or ["its bound"])
+
+
+def _server_late(spec: SpeculatorTrainJobSpec, obs: Observed, stage: Stage) -> str | None:
+    """Why the evaluation has waited too long for its server (None while within evaluation.timeoutSeconds,
+    counted from the server's creation; the client Job is bounded by the same limit once it runs)."""
+    if stage.name != "evaluate" or spec.evaluation is None or obs.jobs.get(stage.name) is not None:
+        return None
+    dep = obs.servers.get(stage.server or "")
+    created = ((dep or {}).get("metadata") or {}).get("creationTimestamp")
+    if not created or server_available(dep):
+        return None
+    try:
+        since = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    waited = (obs.now() - since).total_seconds()
+    limit = spec.evaluation.timeout_seconds
+    if waited <= limit:
+        return None
+    name = (dep or {}).get("metadata", {}).get("name")
+    return (
+        f"stage evaluate: its vLLM server {name} was not ready {waited:.0f} s after it was created "
+        f"(evaluation.timeoutSeconds {limit}); nothing was published"
+    )
 
 
 def _failure_message(stage: str, details: dict[str, Any], tail: str | None) -> str:

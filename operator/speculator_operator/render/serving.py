@@ -19,8 +19,9 @@ from typing import Any
 from speculator_operator.api.common import API_VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.checkpoint.manifest import Kind, Manifest
+from speculator_operator.checkpoint.model import Checkpoint
 from speculator_operator.economics import schedule_from_cutoff
-from speculator_operator.releases import Release, has_per_batch_size_schedule, supports
+from speculator_operator.releases import Release, Version, has_per_batch_size_schedule, supports
 
 PORT = 8000
 DRAFT_DIR = "/models/draft"
@@ -100,20 +101,26 @@ def num_speculative_tokens(spec: SpeculatorDeploymentSpec, draft: Draft, tuned: 
     return tuned.k if tuned is not None else draft.speculative_tokens
 
 
-def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any] | None, list[tuple[str, str]]]:
-    """The long-form --speculative-config for the pinned vLLM (None where tuning switched speculation off),
-    and notes for conditions."""
-    algo, vllm = inputs.draft.algorithm, inputs.release.vllm_version
-    if algo == "mtp" and not inputs.draft.stitched:
+def draft_of(ck: Checkpoint) -> Draft:
+    """What serving needs of an audited checkpoint: an MTP head stitched into its verifier is served as the
+    target (method mtp, K defaulting to its layer count), any other draft beside it."""
+    if ck.stitched_mtp and ck.mtp_layers is not None:
+        return Draft("mtp", ck.mtp_layers, ck.revision, ck.manifest, stitched=True)
+    if ck.algorithm is None or ck.speculative_tokens is None:
+        raise RenderError("the checkpoint has no algorithm or speculative_tokens")
+    return Draft(ck.algorithm, ck.speculative_tokens, ck.revision, ck.manifest)
+
+
+def draft_config(draft: Draft, vllm: Version, k: int, draft_path: str) -> dict[str, Any]:
+    """The long-form --speculative-config's method, model and K for `draft` in vLLM `vllm` (K > 0)."""
+    algo = draft.algorithm
+    if algo == "mtp" and not draft.stitched:
         raise RenderError("an mtp checkpoint is not a loadable draft: stitch it into the verifier (stitch-mtp)")
-    if algo not in METHOD and not inputs.draft.stitched:
+    if algo not in METHOD and not draft.stitched:
         raise RenderError(f"vLLM {vllm} has no drafter for {algo!r}")
-    k = num_speculative_tokens(inputs.spec, inputs.draft, inputs.tuned)
-    if k == 0:
-        return None, [("SpeculationOff", "tuning switched speculation off; a probe revision measures it again")]
-    if inputs.draft.stitched:
+    if draft.stitched:
         # vLLM reuses the n_predict MTP layers in turn: a K above it must be a multiple (vllm.md §1.4)
-        layers = inputs.draft.speculative_tokens
+        layers = draft.speculative_tokens
         if k > layers and k % layers:
             raise RenderError(f"numSpeculativeTokens {k} is above the model's {layers} MTP layer(s) and not a "
                               f"multiple of it: vLLM refuses it")  # fmt: skip
@@ -124,6 +131,18 @@ def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any] 
         if not supports(vllm, "parallel_drafting"):
             raise RenderError(f"P-EAGLE needs parallel_drafting (vLLM >= 0.16), the release pins {vllm}")
         config["parallel_drafting"] = True
+    return config
+
+
+def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any] | None, list[tuple[str, str]]]:
+    """The long-form --speculative-config for the pinned vLLM (None where tuning switched speculation off),
+    and notes for conditions."""
+    vllm = inputs.release.vllm_version
+    k = num_speculative_tokens(inputs.spec, inputs.draft, inputs.tuned)
+    if k == 0:
+        draft_config(inputs.draft, vllm, 1, draft_path)  # an unservable draft is refused even when tuned off
+        return None, [("SpeculationOff", "tuning switched speculation off; a probe revision measures it again")]
+    config = draft_config(inputs.draft, vllm, k, draft_path)
     notes: list[tuple[str, str]] = []
     cutoff = inputs.spec.serving.cutoff
     tuned_schedule = inputs.tuned.schedule if inputs.tuned is not None and cutoff is None else None

@@ -12,6 +12,8 @@ Facts (shared/reference/speculators.md §2-§5, §10; vllm.md §5):
   vocabulary is set;
 - offline training says --on-missing raise (the default, generate, would silently go online);
   generate-offline-data gets --fail-on-error --validate-outputs (it exits 0 on skipped samples);
+- the evaluate stage's held-out samples are split off the prepared data before extraction (the trainer
+  reads hs_<i> for every prepared row i, so the split renumbers both alike);
 - regenerate-responses output is pretokenized: prepare-data needs no render endpoint for it;
   natural-language conversations need vLLM's render endpoint (--enable-scale-out from 0.30).
 """
@@ -36,6 +38,7 @@ from speculator_operator.render.training.common import (
 )
 from speculator_operator.render.training.convert import convert_kwargs, convert_stage, stitch_stage
 from speculator_operator.render.training.data import fetch_stage, needs_render, prepare_stage, regenerate_stage
+from speculator_operator.render.training.evaluate import evaluate_stage
 from speculator_operator.render.training.finish import audit_stage, publish_stage
 from speculator_operator.render.training.hidden_states import extract_stage, kv_transfer_config, server, server_args
 from speculator_operator.render.training.train import (
@@ -79,7 +82,7 @@ def stages(inputs: Inputs) -> list[Stage]:
     else:
         found = [fetch_stage(inputs), regenerate_stage(inputs), prepare_stage(inputs), extract_stage(inputs),
                  train_stage(inputs)]  # fmt: skip
-    found += [stitch_stage(inputs), audit_stage(inputs), publish_stage(inputs)]
+    found += [stitch_stage(inputs), audit_stage(inputs), evaluate_stage(inputs), publish_stage(inputs)]
     return [s for s in found if s is not None]
 
 

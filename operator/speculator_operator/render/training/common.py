@@ -30,11 +30,12 @@ HS_STAGING = f"{WORKSPACE}/hs-staging"
 CHECKPOINTS = f"{WORKSPACE}/checkpoints"
 CONVERT_SOURCE = f"{WORKSPACE}/convert-source"  # a third-party draft, staged for `speculators convert`
 STITCHED = f"{WORKSPACE}/stitched"  # the verifier with the fine-tuned MTP layers (`speculators stitch-mtp`)
+HELD_OUT = f"{WORKSPACE}/held-out/prompts.jsonl"  # the prompts of the samples split off before training
 LOGS = f"{WORKSPACE}/logs"
 OUTPUT_MOUNT = "/output"
 RDZV_PORT = 29500
 TRAINER_GRACE_SECONDS = 180  # speculators saves `interrupted/` on SIGTERM within a 120 s watchdog
-SERVER_ROLES = ("verifier", "extractor")
+SERVER_ROLES = ("verifier", "extractor", "evaluator")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Inputs:
     verifier_layers: int  # num_hidden_layers of the verifier
     owner_uid: str | None = None
     verifier_content: str | None = None  # the identity of the verifier files vLLM reads (provenance)
+    evaluation: dict[str, Any] | None = None  # what the evaluate stage measured (for the published record)
 
 
 def final_checkpoint(inputs: Inputs) -> str:

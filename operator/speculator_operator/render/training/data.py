@@ -11,6 +11,7 @@ from speculator_operator.render.serving import (
 )
 from speculator_operator.render.training.common import (
     CONVERT_SOURCE,
+    HELD_OUT,
     PREPARED,
     REGENERATED,
     SOURCES,
@@ -132,7 +133,12 @@ def prepare_stage(inputs: Inputs) -> Stage:
     if needs_render(inputs):
         command += ["--render-endpoint", _endpoint(inputs, "verifier")]
         server = "verifier"
-    container = _container(inputs.release.image("trainer"), _wrapped("prepare", command))
+    wrapped = _wrapped("prepare", command)
+    ev = spec.evaluation
+    if ev is not None and not ev.prompts:
+        # the evaluation's samples leave the prepared data here, before extraction and training see it
+        wrapped[5:5] = ["--hold-out", str(ev.held_out), "--held-out-file", HELD_OUT]
+    container = _container(inputs.release.image("trainer"), wrapped)
     return Stage(
         "prepare", "Preparing", [_job(inputs, "prepare", spec.stages.cpu, container)], server=server, command=command
     )

@@ -3,6 +3,8 @@ stitched into) against its verifier and the pinned vLLM, and the publish."""
 
 from __future__ import annotations
 
+import json
+
 from speculator_operator.render.training.common import (
     OUTPUT_MOUNT,
     VERIFIER,
@@ -45,6 +47,8 @@ def publish_stage(inputs: Inputs) -> Stage:
     ]  # fmt: skip
     if inputs.verifier_content:
         command += ["--verifier-content", inputs.verifier_content]
+    if inputs.evaluation:
+        command += ["--evaluation", json.dumps(inputs.evaluation, separators=(",", ":"), sort_keys=True)]
     container = _container(
         inputs.release.image("trainer"), command, envFrom=_secrets(spec.output.credentials), volumeMounts=mounts
     )

@@ -1,5 +1,5 @@
 """Hidden states: the extraction stage (`speculators generate-offline-data`) and the vLLM servers the stages
-talk to (the plain verifier for regenerate and render, the extraction server)."""
+talk to (the plain verifier for regenerate and render, the extraction server, the evaluation server)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from speculator_operator.render.training.common import (
     server_name,
 )
 from speculator_operator.render.training.data import needs_render
+from speculator_operator.render.training.evaluate import evaluator_command
 
 
 def extract_stage(inputs: Inputs) -> Stage | None:
@@ -138,13 +139,16 @@ def server(inputs: Inputs, role: str) -> list[dict[str, Any]]:
     """Deployment + Service of a vLLM server that a stage's client talks to."""
     spec = inputs.spec
     name = server_name(inputs.name, role)
-    args = server_args(inputs, role)
+    if role == "evaluator":
+        entrypoint = evaluator_command(inputs)
+    else:
+        entrypoint = ["speculator-operator", "vllm", "--", *server_args(inputs, role)]
     env: list[dict[str, Any]] = []
     if role == "extractor" and spec.hidden_states.backend == "mooncake":
         env.append({"name": "MOONCAKE_LOCAL_HOSTNAME", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     container = _container(
         inputs.release.image("extraction"),
-        ["speculator-operator", "vllm", "--", *args],
+        entrypoint,
         env=env,
         ports=[{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         startupProbe={"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 180},

@@ -1,0 +1,89 @@
+"""The evaluate stage: the acceptance gate between the audit and the publish. Its vLLM server (role
+`evaluator`) serves the verifier with the audited draft, its speculative config built in the pod from the
+checkpoint itself (`speculator-operator serve --speculate`: method and K are the checkpoint's, read after
+training); its client (`speculator-operator trainer evaluate`) sends the held-out prompts, or the spec's,
+with fixed sampling and judges acceptance from vLLM's spec-decode counters.
+
+Exit codes of the client (none is retried: each is the same on a second try): 3 acceptance or predicted
+speedup below the spec's bound, 4 vLLM made no drafts, 5 the server was not ready within the stage's
+timeout, 2 bad input."""
+
+from __future__ import annotations
+
+import json
+
+from speculator_operator.render.serving import PORT
+from speculator_operator.render.training.common import (
+    HELD_OUT,
+    VERIFIER,
+    Inputs,
+    Stage,
+    _container,
+    _endpoint,
+    _job,
+    final_checkpoint,
+)
+
+EXIT_BELOW_THRESHOLD = 3
+EXIT_ZERO_DRAFTS = 4
+EXIT_SERVER_NOT_READY = 5
+
+
+def evaluate_stage(inputs: Inputs) -> Stage | None:
+    ev = inputs.spec.evaluation
+    if ev is None:
+        return None
+    command = [
+        "speculator-operator", "trainer", "evaluate",
+        "--endpoint", _endpoint(inputs, "evaluator"),
+        "--model", VERIFIER,
+        "--checkpoint", final_checkpoint(inputs),
+        "--verifier", VERIFIER,
+        "--max-tokens", str(ev.max_tokens),
+        "--temperature", str(ev.temperature),
+        "--seed", str(ev.seed),
+        "--concurrency", str(ev.concurrency),
+        "--timeout", str(ev.timeout_seconds),
+    ]  # fmt: skip
+    if ev.prompts:
+        command += ["--prompts-json", json.dumps(ev.prompts, ensure_ascii=False, separators=(",", ":"))]
+    else:
+        command += ["--prompts-file", HELD_OUT]
+    if ev.num_speculative_tokens is not None:
+        command += ["--k", str(ev.num_speculative_tokens)]
+    if ev.min_acceptance is not None:
+        command += ["--min-acceptance", str(ev.min_acceptance)]
+    if ev.min_speedup is not None:
+        command += ["--min-speedup", str(ev.min_speedup)]
+    container = _container(inputs.release.image("trainer"), command)
+    job = _job(inputs, "evaluate", inputs.spec.stages.cpu, container,
+               fail_fast_codes=(2, EXIT_BELOW_THRESHOLD, EXIT_ZERO_DRAFTS, EXIT_SERVER_NOT_READY))  # fmt: skip
+    job["spec"]["activeDeadlineSeconds"] = ev.timeout_seconds
+    return Stage("evaluate", "Evaluating", [job], server="evaluator", command=command)
+
+
+def evaluator_args(inputs: Inputs) -> list[str]:
+    """`serve MODEL FLAGS...` of the evaluation server, without the speculative config (the pod adds it from
+    the checkpoint). An mtp head stitched into the verifier is served as the target model itself; its
+    served name stays the verifier's path, which the client asks for."""
+    hs = inputs.spec.hidden_states
+    model = final_checkpoint(inputs) if inputs.spec.algorithm == "mtp" else VERIFIER
+    return [
+        "serve", model,
+        "--served-model-name", VERIFIER,
+        "--host", "0.0.0.0",  # noqa: S104 - inside the pod; the Service is the way in
+        "--port", str(PORT),
+        "--tensor-parallel-size", str(hs.tensor_parallel_size),
+        *hs.extra_args,
+    ]  # fmt: skip
+
+
+def evaluator_command(inputs: Inputs) -> list[str]:
+    """The evaluation server's entrypoint: audit the checkpoint again where vLLM reads it, add the speculative
+    config it calls for (K from the spec's evaluation, else the checkpoint's), exec vLLM."""
+    ev = inputs.spec.evaluation
+    command = ["speculator-operator", "serve", "--draft", final_checkpoint(inputs), "--verifier", VERIFIER,
+               "--release", inputs.release.name, "--speculate"]  # fmt: skip
+    if ev is not None and ev.num_speculative_tokens is not None:
+        command += ["--num-speculative-tokens", str(ev.num_speculative_tokens)]
+    return [*command, "--", *evaluator_args(inputs)]
