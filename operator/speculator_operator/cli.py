@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--convert-revision", metavar="REV", help="its hub revision")
     r2 = trs.add_parser("run", help="run a stage's tool and report its outcome")
     r2.add_argument("--stage", required=True)
-    r2.add_argument("--hold-out", type=int, metavar="N", help="prepare: split the last N samples off for evaluate")
+    r2.add_argument("--hold-out", type=int, metavar="N", help="prepare: split N samples (seeded draw) off for evaluate")
     r2.add_argument("--held-out-file", metavar="FILE", help="prepare: where their prompts go (JSON lines)")
     r2.add_argument("tool", nargs=argparse.REMAINDER, help="-- then the command")
     ev = trs.add_parser(

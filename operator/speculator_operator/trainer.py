@@ -146,8 +146,8 @@ def run(stage: str, command: list[str], held_out: tuple[int, str] | None = None)
             print(f"trainer: stage {stage}: {exc}", file=sys.stderr)
             return 2
         print(f"trainer: stage {stage}: {held} sample(s) held out for evaluate, {kept} to train on", file=sys.stderr)
-        extra["heldOut"] = held
-    report(stage, seconds=round(time.monotonic() - t0, 1), **outcome(stage, command), **extra)
+        extra = {"samples": kept, "heldOut": held}  # dataset_info.json may still count the rows before the split
+    report(stage, seconds=round(time.monotonic() - t0, 1), **{**outcome(stage, command), **extra})
     return 0
 
 
