@@ -672,3 +672,92 @@ def _counted_revision(cluster: Cluster, namespace: str, pod: dict[str, Any]) -> 
     acc = get(cluster, namespace, "sdep/known")["status"].get("acceptance") or {}
     assert acc.get("revision") == pod["metadata"]["labels"]["speculators.dev/revision"], acc
     assert (acc.get("pods") or {}).get("counted") == 1, acc
+
+
+def _rows(agree: bool) -> bytes:
+    """Pretokenized rows for the known verifier (greedy: always token 0). A dry-run draft for it has a zero LM
+    head too (copied from the verifier), so it always proposes draft token 0, which its vocabulary map sends
+    to the smallest target id among the data's most frequent tokens: token 0 where the answers are full of
+    it (the draft agrees), another one where 0 never occurs (it disagrees)."""
+    rows = []
+    for i in range(16):
+        if agree:
+            answer = [0 if j % 2 else 7 + (i + j) % 300 for j in range(30)]
+        else:
+            answer = [1 + (i * 37 + j * 13) % 511 for j in range(30)]
+        rows.append(
+            {"input_ids": [5 + (i * 7 + j) % 500 for j in range(10)] + answer, "loss_mask": [0] * 10 + [1] * 30}
+        )
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def test_the_evaluate_stage_publishes_an_agreeing_draft_and_refuses_a_disagreeing_one(
+    cluster: Cluster, node_ns: str, known_pair: dict[str, str], models: dict[str, str], real_node: str
+) -> None:
+    """Two train jobs on the known verifier, trained (dry run) on data that makes their drafts agree with it
+    or not; each is evaluated by the pinned vLLM (CPU build) in a real pod before anything is published."""
+    s3 = _s3(cluster)
+    bucket, creds = models["bucket"], {"name": "s3"}
+    cpu_server = {
+        "image": get_release().image("server", "cpu"),
+        "resources": {"limits": {"nvidia.com/gpu": 0}},
+        "env": [{"name": "OMP_NUM_THREADS", "value": "2"}, {"name": "HF_HUB_OFFLINE", "value": "1"}],
+        **ON_NODE,
+    }
+    t0 = time.monotonic()
+    for name in ("agree", "disagree"):
+        s3.put_object(Bucket=bucket, Key=f"evaluated/{name}.jsonl", Body=_rows(name == "agree"))
+        workspace_volume(cluster, node_ns, f"ws-{name}")
+        spec = {
+            "verifier": {"model": known_pair["verifier"], "credentials": creds},
+            "algorithm": "eagle3",
+            "draft": {"draftVocabSize": 256},
+            "data": {"sources": [f"s3://{bucket}/evaluated/{name}.jsonl"], "format": "pretokenized", "seqLength": 256},
+            "training": {"dryRun": True, "epochs": 1},
+            "hiddenStates": {"extraArgs": ["--enforce-eager", "--max-model-len", "512", "--max-num-seqs", "8"]},
+            "evaluation": {"minAcceptance": 0.5, "heldOut": 4, "maxTokens": 16, "timeoutSeconds": 900},
+            "workspace": {"claimName": f"ws-{name}"},
+            "output": {"uri": f"s3://{bucket}/evaluated-{name}", "credentials": creds},
+            "retries": 0,
+            "stages": {"cpu": ON_NODE, "trainer": ON_NODE, "server": cpu_server},
+        }
+        apply(cluster, node_ns, "SpeculatorTrainJob", f"eval-{name}", spec)
+    cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "stj/eval-agree", "--timeout=1200s", timeout=1260)
+    cluster.kubectl("wait", "-n", node_ns, "--for=jsonpath={.status.phase}=Failed", "stj/eval-disagree",
+                    "--timeout=600s", timeout=660)  # fmt: skip
+    took = time.monotonic() - t0
+
+    passed = get(cluster, node_ns, "stj/eval-agree")["status"]
+    assert [s["name"] for s in passed["stages"]] == ["fetch", "prepare", "train", "audit", "evaluate", "publish"]
+    assert passed["progress"]["samplesTotal"] == 12  # 16 rows, 4 held out before training
+    ev = passed["evaluation"]
+    assert (ev["outcome"], ev["rate"], ev["prompts"], ev["tokens"]) == ("Passed", 1.0, 4, 64)
+    assert passed["provenance"]["evaluation"] == ev
+    location = passed["checkpoint"]["uri"]
+    assert location.startswith(f"s3://{bucket}/evaluated-agree/sha256-")
+    key = location.removeprefix(f"s3://{bucket}/") + "/speculators-provenance.json"
+    record = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    assert record["evaluation"]["rate"] == 1.0  # the published record carries the measure
+    pods = list_pods(cluster, node_ns, "speculators.dev/trainjob=eval-agree,speculators.dev/stage=evaluator")
+    assert pods == []  # its server went once the stage was done
+
+    refused = get(cluster, node_ns, "stj/eval-disagree")["status"]
+    failed = {c["type"]: c for c in refused["conditions"]}["Failed"]
+    assert failed["reason"] == "AcceptanceBelowThreshold", failed
+    assert "below minAcceptance 0.5" in failed["message"]
+    assert "nothing was published" in failed["message"]
+    assert refused["evaluation"]["rate"] == 0.0
+    assert refused["evaluation"]["drafts"] > 0
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix="evaluated-disagree/")
+    assert listed.get("KeyCount", 0) == 0  # nothing published
+    publish = next(s for s in refused["stages"] if s["name"] == "publish")
+    assert publish["phase"] == "Pending"
+
+    def seconds(stage: dict[str, Any], key: str) -> float:
+        return time.mktime(time.strptime(stage[key], "%Y-%m-%dT%H:%M:%SZ"))
+
+    stages = {s["name"]: s for s in passed["stages"]}
+    wall = seconds(stages["evaluate"], "completionTime") - seconds(stages["audit"], "completionTime")
+    print(f"\nevaluate on the real node (CPU build): stage {wall:.0f} s from the audit's end (server start "
+          f"included), client {ev['seconds']} s, {ev['tokens']} tokens over {ev['prompts']} prompts; "
+          f"both jobs applied -> judged {took:.0f} s")  # fmt: skip

@@ -357,3 +357,17 @@ def test_an_unevaluated_job_has_no_evaluate_stage_and_no_split() -> None:
     assert "evaluate" not in found
     prepare = found["prepare"].children[0]["spec"]["template"]["spec"]["containers"][0]
     assert "--hold-out" not in prepare["args"]
+
+
+def test_a_stage_groups_image_and_env_are_the_specs_where_it_names_them() -> None:
+    cpu = get_release().image("server", "cpu")
+    i = inputs(evaluation={}, stages={"server": {"image": cpu, "env": [{"name": "OMP_NUM_THREADS", "value": "2"}],
+                                                 "resources": {"limits": {"nvidia.com/gpu": 0}}}})  # fmt: skip
+    dep, _ = server(i, "evaluator")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == cpu
+    assert {"name": "OMP_NUM_THREADS", "value": "2"} in c["env"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 0  # a CPU node: no GPU asked for
+    job = by_name(i)["evaluate"].children[0]
+    (client,) = job["spec"]["template"]["spec"]["containers"]
+    assert client["image"] == get_release().image("trainer")  # the cpu stages keep the release's trainer image

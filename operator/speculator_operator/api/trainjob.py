@@ -49,6 +49,19 @@ class PodOptions(Model):
     )
     labels: dict[str, str] | None = Field(default=None, description="Extra pod labels.")
     annotations: dict[str, str] | None = Field(default=None, description="Extra pod annotations.")
+    image: str | None = Field(
+        default=None,
+        max_length=512,
+        description="The image instead of the release's (`speculator-operator images`), e.g. the server image's cpu "
+        "variant for vLLM servers on CPU nodes, or a copy in one's own registry. It must hold this package and the "
+        "release's tools.",
+    )
+    env: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=64,
+        description="More environment variables (name/value or valueFrom), e.g. OMP_NUM_THREADS.",
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    )
 
 
 class Regenerate(Model):

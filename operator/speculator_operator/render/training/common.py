@@ -192,7 +192,8 @@ def _pod(
     volumes, mounts = _volumes(inputs)
     container = {
         **container,
-        "env": [*_env(), *container.get("env", [])],
+        "image": opts.image or container["image"],
+        "env": [*_env(), *container.get("env", []), *(opts.env or [])],
         "resources": _resources(opts, gpus),
         "volumeMounts": [*mounts, *container.get("volumeMounts", [])],
         # a failing stage leaves its log tail in the pod status, where the operator reads it
