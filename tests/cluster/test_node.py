@@ -723,8 +723,15 @@ def test_the_evaluate_stage_publishes_an_agreeing_draft_and_refuses_a_disagreein
         }
         apply(cluster, node_ns, "SpeculatorTrainJob", f"eval-{name}", spec)
     cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "stj/eval-agree", "--timeout=1200s", timeout=1260)
-    cluster.kubectl("wait", "-n", node_ns, "--for=jsonpath={.status.phase}=Failed", "stj/eval-disagree",
-                    "--timeout=600s", timeout=660)  # fmt: skip
+    cluster.kubectl(
+        "wait",
+        "-n",
+        node_ns,
+        "--for=jsonpath={.status.phase}=Failed",
+        "stj/eval-disagree",
+        "--timeout=600s",
+        timeout=660,
+    )
     took = time.monotonic() - t0
 
     passed = get(cluster, node_ns, "stj/eval-agree")["status"]
@@ -758,6 +765,107 @@ def test_the_evaluate_stage_publishes_an_agreeing_draft_and_refuses_a_disagreein
 
     stages = {s["name"]: s for s in passed["stages"]}
     wall = seconds(stages["evaluate"], "completionTime") - seconds(stages["audit"], "completionTime")
-    print(f"\nevaluate on the real node (CPU build): stage {wall:.0f} s from the audit's end (server start "
-          f"included), client {ev['seconds']} s, {ev['tokens']} tokens over {ev['prompts']} prompts; "
-          f"both jobs applied -> judged {took:.0f} s")  # fmt: skip
+    print(
+        f"\nevaluate on the real node (CPU build): stage {wall:.0f} s from the audit's end (server start "
+        f"included), client {ev['seconds']} s, {ev['tokens']} tokens over {ev['prompts']} prompts; "
+        f"both jobs applied -> judged {took:.0f} s"
+    )
+
+
+def _operator_progress_writes(cluster: Cluster, namespace: str) -> float:
+    """The in-cluster operator's own count of its progress writes to train jobs (its /metrics)."""
+    (pod,) = list_pods(cluster, namespace, "app.kubernetes.io/name=speculator-operator")
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8081/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "speculator_status_writes_total" and s.labels == {
+                "kind": "SpeculatorTrainJob",
+                "cause": "progress",
+            }:
+                return float(s.value)
+    return 0.0
+
+
+def test_a_real_regenerate_stage_moves_the_status_within_the_write_bound(
+    cluster: Cluster, node_ns: str, models: dict[str, str], real_node: str
+) -> None:
+    """speculators' regenerate-responses, for real, against the job's verifier server (vLLM CPU build) in a
+    real pod: status.progress.samples moves while the stage runs, the in-cluster operator writes progress at
+    most once per interval (15 s), and the lag from the pod's progress line to the status is measured."""
+    s3 = _s3(cluster)
+    bucket, creds = models["bucket"], {"name": "s3"}
+    prompts = [{"conversations": [{"role": "user", "content": f"tell me about the number {i}"}]} for i in range(96)]
+    body = "".join(json.dumps(p) + "\n" for p in prompts).encode()
+    s3.put_object(Bucket=bucket, Key="progress/prompts.jsonl", Body=body)
+    workspace_volume(cluster, node_ns, "ws-progress")
+    cpu_server = {
+        "image": get_release().image("server", "cpu"),
+        "resources": {"limits": {"nvidia.com/gpu": 0}},
+        "env": [{"name": "OMP_NUM_THREADS", "value": "2"}, {"name": "HF_HUB_OFFLINE", "value": "1"}],
+        **ON_NODE,
+    }
+    spec = {
+        "verifier": {"model": models["verifier"], "credentials": creds},
+        "algorithm": "eagle3",
+        "data": {
+            "regenerate": {
+                "dataset": f"s3://{bucket}/progress/prompts.jsonl",
+                "limit": 96,
+                "maxTokens": 64,
+                "concurrency": 1,
+            },
+            "seqLength": 256,
+        },
+        "hiddenStates": {"extraArgs": ["--enforce-eager", "--max-model-len", "512", "--max-num-seqs", "8"]},
+        "training": {"dryRun": True, "epochs": 1},
+        "workspace": {"claimName": "ws-progress"},
+        "output": {"uri": f"s3://{bucket}/progress-drafts", "credentials": creds},
+        "retries": 0,
+        "stages": {"cpu": ON_NODE, "trainer": ON_NODE, "server": cpu_server},
+    }
+    apply(cluster, node_ns, "SpeculatorTrainJob", "progress", spec)
+
+    def regenerating() -> dict[str, Any]:
+        st = get(cluster, node_ns, "stj/progress")["status"]
+        assert st.get("stage") == "regenerate", st.get("stage")
+        assert (st.get("progress") or {}).get("stage") == "regenerate", st.get("progress")
+        return st
+
+    eventually(regenerating, timeout=900, interval=1)
+    before = _operator_progress_writes(cluster, node_ns)
+    t0 = time.monotonic()
+    seen: dict[int, float] = {}  # samples -> when the status first showed it (wall clock)
+    while time.monotonic() - t0 < 600:
+        st = get(cluster, node_ns, "stj/progress")["status"]
+        if st.get("stage") != "regenerate":
+            break
+        samples = (st.get("progress") or {}).get("samples")
+        if isinstance(samples, int) and samples not in seen:
+            seen[samples] = time.time()
+        time.sleep(0.5)
+    ran = time.monotonic() - t0
+    written = _operator_progress_writes(cluster, node_ns) - before
+    assert len(seen) >= 2, f"the status showed {sorted(seen)} over {ran:.0f} s"  # it moved while the stage ran
+    assert sorted(seen) == list(seen)  # and only forwards
+    assert written <= ran / 15 + 2  # at most one progress write per interval (and one on either edge)
+    pods = list_pods(cluster, node_ns, "speculators.dev/trainjob=progress,speculators.dev/stage=regenerate")
+    assert {p["spec"]["nodeName"] for p in pods} == {real_node}
+    # the lag: from the pod's progress line (its log's own timestamps) to the status showing its count
+    logs = cluster.kubectl("logs", "-n", node_ns, pods[0]["metadata"]["name"], "--timestamps").stdout
+    printed: dict[int, float] = {}
+    for line in logs.splitlines():
+        stamp, _, text = line.partition(" ")
+        if text.startswith("speculators-progress "):
+            samples = json.loads(text.removeprefix("speculators-progress ")).get("samples")
+            when = time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+            if isinstance(samples, int):
+                printed.setdefault(samples, when)
+    lags = [seen[s] - printed[s] for s in seen if s in printed]
+    assert lags, (sorted(seen), sorted(printed))
+    cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "stj/progress", "--timeout=900s", timeout=960)
+    print(
+        f"\nprogress of a real regenerate stage: {len(seen)} distinct sample counts in status over {ran:.0f} s, "
+        f"{written:.0f} progress writes ({60 * written / ran:.1f}/min); lag pod line -> status: "
+        f"median {sorted(lags)[len(lags) // 2]:.1f} s, max {max(lags):.1f} s"
+    )

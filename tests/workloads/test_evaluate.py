@@ -51,22 +51,26 @@ def known_pair(workloads_env: Path, tmp_path_factory: pytest.TempPathFactory) ->
     root = tmp_path_factory.mktemp("known-pair")
     out = subprocess.run(
         [str(workloads_env / "bin" / "python"), str(REPO / "hack" / "lib" / "known_acceptance_pair.py"), str(root)],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True,
+        text=True,
+        timeout=900,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return {k: Path(v) for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
 
 
 @pytest.fixture(scope="module")
-def workspace_with_held_out(workloads_env: Path, known_pair: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-                            ) -> Path:  # fmt: skip
+def workspace_with_held_out(
+    workloads_env: Path, known_pair: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """The rendered prepare stage, run for real on pretokenized rows: its report and what it left."""
     root = tmp_path_factory.mktemp("prepare")
     workspace = Path(tempfile.mkdtemp(prefix="ws-", dir=root))  # short: vLLM's served name is a path in it
     shutil.copytree(known_pair["verifier"], workspace / "verifier")
-    rows = [{"input_ids": [5 + (i * 7 + j) % 500 for j in range(40)], "loss_mask": [0] * 10 + [1] * 30}
-            for i in range(ROWS)]  # fmt: skip
+    rows = [
+        {"input_ids": [5 + (i * 7 + j) % 500 for j in range(40)], "loss_mask": [0] * 10 + [1] * 30} for i in range(ROWS)
+    ]
     (workspace / "sources" / "0").mkdir(parents=True)
     (workspace / "sources" / "0" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     prepare = next(s for s in stages(rendered()) if s.name == "prepare")
@@ -83,7 +87,7 @@ def workspace_with_held_out(workloads_env: Path, known_pair: dict[str, Path], tm
         "TRANSFORMERS_OFFLINE": "1",
         "PATH": f"{workloads_env / 'bin'}:{os.environ['PATH']}",
     }
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=root, env=env)  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=root, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     (workspace / "prepare.report").write_text(report.read_text())
     return workspace
@@ -103,8 +107,13 @@ def test_prepare_splits_the_held_out_samples_off_before_training_sees_them(
         "import json, sys\nfrom datasets import load_from_disk\n"
         "ds = load_from_disk(sys.argv[1])\nprint(json.dumps([[int(t) for t in r[:10]] for r in ds['input_ids']]))"
     )
-    out = subprocess.run([str(workloads_env / "bin" / "python"), "-c", check, str(ws / "prepared")],
-                         capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+    out = subprocess.run(
+        [str(workloads_env / "bin" / "python"), "-c", check, str(ws / "prepared")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     kept = json.loads(out.stdout)
     assert len(kept) == ROWS - HELD_OUT
     assert not [p for p in prompts if p in kept]
@@ -130,18 +139,27 @@ def evaluate(inputs: Inputs, workspace: Path, endpoint: str, report: Path) -> tu
     stage = next(s for s in stages(inputs) if s.name == "evaluate")
     argv = container_argv(stage.children[0], workspace)
     argv = [a.replace("http://tiny-evaluator.ml.svc:8000", endpoint) for a in argv]
-    env = {**os.environ, "SPECULATOR_REPORT_PATH": str(report),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # fmt: skip
+    env = {
+        **os.environ,
+        "SPECULATOR_REPORT_PATH": str(report),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
     result = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
     return result.returncode, json.loads(report.read_text()), result.stderr
 
 
-@pytest.mark.parametrize(("draft", "code", "outcome"), [("agree", 0, "Passed"),
-                                                         ("disagree", 3, "AcceptanceBelowThreshold")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("draft", "code", "outcome"), [("agree", 0, "Passed"), ("disagree", 3, "AcceptanceBelowThreshold")]
+)
 def test_the_pinned_vllm_judges_a_draft_built_to_agree_or_to_disagree(
-    vllm_env: Path, known_pair: dict[str, Path], workspace_with_held_out: Path, tmp_path: Path,
-    draft: str, code: int, outcome: str,
-) -> None:  # fmt: skip
+    vllm_env: Path,
+    known_pair: dict[str, Path],
+    workspace_with_held_out: Path,
+    tmp_path: Path,
+    draft: str,
+    code: int,
+    outcome: str,
+) -> None:
     ws = workspace_with_held_out
     shutil.rmtree(ws / "checkpoints", ignore_errors=True)
     shutil.copytree(known_pair[draft], ws / "checkpoints")  # where training would have written it
@@ -167,8 +185,10 @@ def test_the_pinned_vllm_judges_a_draft_built_to_agree_or_to_disagree(
     else:
         assert ev["rate"] == 0.0
         assert "below evaluation.minAcceptance 0.5" in reported["message"]
-    print(f"\nevaluate ({draft}): server ready in {started:.0f} s, client {ev['seconds']} s for {ev['tokens']} tokens "
-          f"over {ev['prompts']} prompts: acceptance {ev['rate']}, {ev['drafts']} drafts, K={ev['k']}")  # fmt: skip
+    print(
+        f"\nevaluate ({draft}): server ready in {started:.0f} s, client {ev['seconds']} s for {ev['tokens']} tokens "
+        f"over {ev['prompts']} prompts: acceptance {ev['rate']}, {ev['drafts']} drafts, K={ev['k']}"
+    )
 
 
 def test_a_server_without_the_draft_is_zero_drafts(
