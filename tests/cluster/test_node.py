@@ -714,7 +714,7 @@ def test_the_evaluate_stage_publishes_an_agreeing_draft_and_refuses_a_disagreein
             "draft": {"draftVocabSize": 256},
             "data": {"sources": [f"s3://{bucket}/evaluated/{name}.jsonl"], "format": "pretokenized", "seqLength": 256},
             "training": {"dryRun": True, "epochs": 1},
-            "hiddenStates": {"extraArgs": ["--enforce-eager", "--max-model-len", "512", "--max-num-seqs", "8"]},
+            "hiddenStates": {"extraArgs": ["--enforce-eager", "--max-model-len", "512"]},
             "evaluation": {"minAcceptance": 0.5, "heldOut": 4, "maxTokens": 16, "timeoutSeconds": 900},
             "workspace": {"claimName": f"ws-{name}"},
             "output": {"uri": f"s3://{bucket}/evaluated-{name}", "credentials": creds},
@@ -773,18 +773,20 @@ def test_the_evaluate_stage_publishes_an_agreeing_draft_and_refuses_a_disagreein
 
 
 def _operator_progress_writes(cluster: Cluster, namespace: str) -> float:
-    """The in-cluster operator's own count of its progress writes to train jobs (its /metrics)."""
-    (pod,) = list_pods(cluster, namespace, "app.kubernetes.io/name=speculator-operator")
-    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8081/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "speculator_status_writes_total" and s.labels == {
-                "kind": "SpeculatorTrainJob",
-                "cause": "progress",
-            }:
-                return float(s.value)
-    return 0.0
+    """The in-cluster operators' own count of their progress writes to train jobs (their /metrics; only the
+    leader writes)."""
+    total = 0.0
+    for pod in list_pods(cluster, namespace, "app.kubernetes.io/name=speculator-operator"):
+        if pod["status"].get("phase") != "Running":
+            continue
+        with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8081/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                wanted = {"kind": "SpeculatorTrainJob", "cause": "progress"}
+                if s.name == "speculator_status_writes_total" and s.labels == wanted:
+                    total += float(s.value)
+    return total
 
 
 def test_a_real_regenerate_stage_moves_the_status_within_the_write_bound(
@@ -817,7 +819,7 @@ def test_a_real_regenerate_stage_moves_the_status_within_the_write_bound(
             },
             "seqLength": 256,
         },
-        "hiddenStates": {"extraArgs": ["--enforce-eager", "--max-model-len", "512", "--max-num-seqs", "8"]},
+        "hiddenStates": {"extraArgs": ["--enforce-eager", "--max-model-len", "512"]},
         "training": {"dryRun": True, "epochs": 1},
         "workspace": {"claimName": "ws-progress"},
         "output": {"uri": f"s3://{bucket}/progress-drafts", "credentials": creds},

@@ -37,7 +37,7 @@ SPEC: dict[str, Any] = {
     "output": {"uri": "s3://drafts/tiny"},
     "algorithm": "eagle3",
     "data": {"sources": ["s3://data/rows.jsonl"], "format": "pretokenized", "seqLength": 256},
-    "hiddenStates": {"extraArgs": ["--enforce-eager", "--max-model-len", "512", "--max-num-seqs", "8"]},
+    "hiddenStates": {"extraArgs": ["--enforce-eager", "--max-model-len", "512"]},
     "evaluation": {"minAcceptance": 0.5, "heldOut": HELD_OUT, "maxTokens": 16, "timeoutSeconds": 600},
 }
 

@@ -125,6 +125,7 @@ def speculator_train_job_crd() -> dict[str, Any]:
             col("Verifier-Rev", ".status.provenance.verifierRevision", priority=1),
             col("Loss", ".status.progress.loss", "number", priority=1),
             col("ETA-Seconds", ".status.progress.etaSeconds", "integer", priority=1),
+            col("Acceptance", ".status.evaluation.rate", "number", priority=1),
         ],
     )
 
