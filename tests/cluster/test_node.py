@@ -10,6 +10,7 @@ this module does (the `operator` fixture is not used here), so the two never wat
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import subprocess
@@ -772,6 +773,13 @@ def test_the_evaluate_stage_publishes_an_agreeing_draft_and_refuses_a_disagreein
     )
 
 
+def _rfc3339(stamp: str) -> float:
+    """Seconds since the epoch of kubectl's --timestamps (RFC 3339 in UTC, nanoseconds, trailing zeros cut)."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    seconds = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
+    return seconds + (float(f"0.{fraction}") if fraction else 0.0)
+
+
 def _operator_progress_writes(cluster: Cluster, namespace: str) -> float:
     """The in-cluster operators' own count of their progress writes to train jobs (their /metrics; only the
     leader writes)."""
@@ -797,7 +805,7 @@ def test_a_real_regenerate_stage_moves_the_status_within_the_write_bound(
     most once per interval (15 s), and the lag from the pod's progress line to the status is measured."""
     s3 = _s3(cluster)
     bucket, creds = models["bucket"], {"name": "s3"}
-    prompts = [{"conversations": [{"role": "user", "content": f"tell me about the number {i}"}]} for i in range(96)]
+    prompts = [{"conversations": [{"role": "user", "content": f"tell me about the number {i}"}]} for i in range(160)]
     body = "".join(json.dumps(p) + "\n" for p in prompts).encode()
     s3.put_object(Bucket=bucket, Key="progress/prompts.jsonl", Body=body)
     workspace_volume(cluster, node_ns, "ws-progress")
@@ -813,7 +821,7 @@ def test_a_real_regenerate_stage_moves_the_status_within_the_write_bound(
         "data": {
             "regenerate": {
                 "dataset": f"s3://{bucket}/progress/prompts.jsonl",
-                "limit": 96,
+                "limit": 160,
                 "maxTokens": 64,
                 "concurrency": 1,
             },
@@ -829,7 +837,7 @@ def test_a_real_regenerate_stage_moves_the_status_within_the_write_bound(
     apply(cluster, node_ns, "SpeculatorTrainJob", "progress", spec)
 
     def regenerating() -> dict[str, Any]:
-        st = get(cluster, node_ns, "stj/progress")["status"]
+        st = get(cluster, node_ns, "stj/progress").get("status") or {}
         assert st.get("stage") == "regenerate", st.get("stage")
         assert (st.get("progress") or {}).get("stage") == "regenerate", st.get("progress")
         return st
@@ -839,7 +847,7 @@ def test_a_real_regenerate_stage_moves_the_status_within_the_write_bound(
     t0 = time.monotonic()
     seen: dict[int, float] = {}  # samples -> when the status first showed it (wall clock)
     while time.monotonic() - t0 < 600:
-        st = get(cluster, node_ns, "stj/progress")["status"]
+        st = get(cluster, node_ns, "stj/progress").get("status") or {}
         if st.get("stage") != "regenerate":
             break
         samples = (st.get("progress") or {}).get("samples")
@@ -860,7 +868,7 @@ def test_a_real_regenerate_stage_moves_the_status_within_the_write_bound(
         stamp, _, text = line.partition(" ")
         if text.startswith("speculators-progress "):
             samples = json.loads(text.removeprefix("speculators-progress ")).get("samples")
-            when = time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+            when = _rfc3339(stamp)
             if isinstance(samples, int):
                 printed.setdefault(samples, when)
     lags = [seen[s] - printed[s] for s in seen if s in printed]
