@@ -1,12 +1,12 @@
 """The evaluate stage's held-out samples, split off at the end of prepare (inside the trainer image, where
-`datasets` is): n samples, drawn with a fixed seed, leave the prepared dataset before extraction and
-training see it; their prompts (the tokens before the first one the loss counts: the conversation as the
-chat template rendered it, up to the first answer) go to a JSON-lines file for the evaluate stage."""
+`datasets` is): n samples, drawn with a fixed seed by datasets' own `train_test_split`, leave the prepared
+dataset before extraction and training see it; their prompts (the tokens before the first one the loss
+counts: the conversation as the chat template rendered it, up to the first answer) go to a JSON-lines file
+for the evaluate stage."""
 
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from pathlib import Path
 
@@ -23,12 +23,11 @@ def prompt_of(input_ids: list[int], loss_mask: list[int]) -> list[int]:
     return [int(t) for t in input_ids[: max(first, 1)]]
 
 
-def held_out_indices(rows: int, count: int) -> list[int]:
+def check_count(rows: int, count: int) -> None:
     if count >= rows:
         raise EvaluationError(
             f"prepare-data made {rows} sample(s): evaluation.heldOut {count} must leave some to train on"
         )
-    return sorted(random.Random(SEED).sample(range(rows), count))  # noqa: S311 - a reproducible split, not a secret
 
 
 def hold_out(prepared: Path, count: int, dest: Path) -> tuple[int, int]:
@@ -37,9 +36,10 @@ def hold_out(prepared: Path, count: int, dest: Path) -> tuple[int, int]:
     from datasets import load_from_disk  # type: ignore[import-not-found]  # in the trainer image
 
     ds = load_from_disk(str(prepared))
-    held = set(held_out_indices(len(ds), count))
-    rows = [prompt_of(list(r["input_ids"]), list(r["loss_mask"])) for r in ds.select(sorted(held))]
-    kept = ds.select([i for i in range(len(ds)) if i not in held])
+    check_count(len(ds), count)
+    split = ds.train_test_split(test_size=count, seed=SEED)  # datasets' own seeded draw
+    rows = [prompt_of(list(r["input_ids"]), list(r["loss_mask"])) for r in split["test"]]
+    kept = split["train"]
     staging = prepared.with_name(prepared.name + ".kept")
     shutil.rmtree(staging, ignore_errors=True)
     kept.save_to_disk(str(staging))

@@ -216,6 +216,15 @@ def epoch_events(old: dict[str, Any] | None, new: dict[str, Any]) -> list[tuple[
     ]
 
 
+LIVE_STAGES = frozenset({"regenerate", "prepare", "extract", "train"})  # the stages that print progress lines
+
+
+def reading_due(status: dict[str, Any]) -> bool:
+    """Whether a train job's running stage has a progress line to read: a run in flight, in a stage that
+    prints one."""
+    return status.get("phase") not in ("Succeeded", "Failed") and status.get("stage") in LIVE_STAGES
+
+
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 

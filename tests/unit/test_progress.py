@@ -113,3 +113,12 @@ def test_each_epoch_that_ended_is_one_event_with_its_loss() -> None:
         ("EpochCompleted", "epoch 3/4 completed, train/loss 1.235"),
     ]
     assert progress.epoch_events(new, new) == []
+
+
+def test_a_log_is_read_only_for_a_run_in_flight_in_a_stage_that_prints_progress() -> None:
+    assert progress.reading_due({"phase": "Training", "stage": "train"})
+    assert progress.reading_due({"phase": "Regenerating", "stage": "regenerate"})
+    assert not progress.reading_due({"phase": "Auditing", "stage": "audit"})  # prints no progress line
+    assert not progress.reading_due({"phase": "Evaluating", "stage": "evaluate"})
+    assert not progress.reading_due({"phase": "Failed", "stage": "train"})  # the failed stage's pod is done
+    assert not progress.reading_due({})

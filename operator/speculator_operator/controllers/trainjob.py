@@ -289,14 +289,12 @@ async def resync(body: kopf.Body) -> None:
 
 
 PROGRESS_SECONDS = float(os.environ.get("SPECULATOR_PROGRESS_SECONDS", "15"))
-LIVE_STAGES = frozenset({"regenerate", "prepare", "extract", "train"})
 
 
 @periodic.every(PLURAL, interval=PROGRESS_SECONDS)
 async def watch_progress(body: kopf.Body) -> None:
     """A running stage's live progress: at most one status write per resource per PROGRESS_SECONDS."""
-    status = body.get("status") or {}
-    if status.get("phase") not in ("Succeeded", "Failed") and status.get("stage") in LIVE_STAGES:
+    if progress.reading_due(dict(body.get("status") or {})):
         for reason, message in await periodic.in_lane(read_progress, dict(body)):
             kopf.event(body, type="Normal", reason=reason, message=message)
 

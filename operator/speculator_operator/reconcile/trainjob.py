@@ -328,7 +328,7 @@ def _evaluation_words(ev: dict[str, Any]) -> str:
     said += f", {ev.get('drafts')} drafts over {ev.get('tokens')} tokens"
     if ev.get("predictedSpeedup") is not None:
         said += f", predicted speedup {ev['predictedSpeedup']}"
-    bounds = [f"{n} {ev[k]}" for k, n in (("minAcceptance", "minAcceptance"), ("minSpeedup", "minSpeedup")) if k in ev]
+    bounds = [f"{k} {ev[k]}" for k in ("minAcceptance", "minSpeedup") if k in ev]
     return said + ") is below " + " / ".join(bounds or ["its bound"])
 
 
