@@ -357,3 +357,30 @@ def test_an_evaluation_server_that_never_becomes_ready_fails_after_the_timeout()
     assert "q-evaluator was not ready 601 s after it was created (evaluation.timeoutSeconds 600)" in failed["message"]
     assert ("apps/v1", "Deployment", "q-evaluator") in p.delete
     assert not [c for c in p.apply if c["kind"] == "Job"]
+
+
+def test_a_run_failed_for_its_evaluation_server_stays_failed_until_its_spec_changes() -> None:
+    from datetime import UTC, datetime
+
+    done = {s: job("done") for s in EVAL_ORDER[:5]}
+    late = datetime(2026, 11, 29, 10, 10, 1, tzinfo=UTC)
+    failed = run(observed(jobs=done, servers={"evaluator": evaluator(False)}, at=late), EVALUATED)
+    assert failed.status["phase"] == "Failed"
+    # its server deleted, the next pass does not start it again: nothing applied, no second warning
+    again = run(observed(status=failed.status, jobs=done, at=late), EVALUATED)
+    assert again.status["phase"] == "Failed"
+    assert again.apply == []
+    assert again.events == []
+    # a changed spec (a new generation) runs the stage again
+    changed = Observed(
+        generation=2,
+        status=failed.status,
+        verifier_layers=36,
+        verifier_revision="sha1",
+        verifier_model_type="qwen3",
+        jobs=done,
+        at=late,
+    )
+    resumed = run(changed, EVALUATED)
+    assert ("Deployment", "q-evaluator") in kinds(resumed)
+    assert resumed.status["phase"] == "Evaluating"

@@ -272,7 +272,7 @@ def plan(
     exists = obs.jobs.get(current.name) is not None
     if current.server:
         apply += server(inputs, current.server)
-        late = _server_late(spec, obs, current)
+        late = _server_late(spec, obs, current) or _still_late(obs, current, exists)
         if late:
             return failed(obs, "EvaluationServerNotReady", late, fields)
         if not exists and not server_available(obs.servers.get(current.server)):
@@ -354,6 +354,17 @@ def _server_late(spec: SpeculatorTrainJobSpec, obs: Observed, stage: Stage) -> s
         f"stage evaluate: its vLLM server {name} was not ready {waited:.0f} s after it was created "
         f"(evaluation.timeoutSeconds {limit}); nothing was published"
     )
+
+
+def _still_late(obs: Observed, stage: Stage, exists: bool) -> str | None:
+    """A run failed because its evaluation server never became ready stays failed (its server is gone, so
+    nothing else would hold it) until its spec changes, e.g. a longer evaluation.timeoutSeconds."""
+    if stage.name != "evaluate" or exists or obs.status.get("phase") != "Failed":
+        return None
+    cond: dict[str, Any] = next((c for c in obs.status.get("conditions") or [] if c.get("type") == "Failed"), {})
+    if cond.get("reason") == "EvaluationServerNotReady" and cond.get("observedGeneration") == obs.generation:
+        return str(cond.get("message") or "")
+    return None
 
 
 def _failure_message(stage: str, details: dict[str, Any], tail: str | None) -> str:
