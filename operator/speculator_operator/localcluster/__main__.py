@@ -1,19 +1,21 @@
 """`python -m speculator_operator.localcluster up|down|status|images` (what `hack/dev-cluster` runs).
 
 `up` prints shell `export` lines on stdout (so `eval "$(hack/dev-cluster up)"` works) and its
-progress on stderr; the processes keep running until `down`. `images` imports what hack/build-images
-built into the machine's real node, whichever cluster runs it.
+progress on stderr; the processes keep running until `down`. `images` pushes what hack/build-images
+built to the registry of the machine's real node, whichever cluster runs it, and drops the references a
+rebuild replaced from the node (the kubelet pulls the new builds).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 import time
 from pathlib import Path
 
-from speculator_operator.localcluster import images, node
+from speculator_operator.localcluster import images, node, registry
 from speculator_operator.localcluster.cluster import (
     CACHE,
     ComponentError,
@@ -23,6 +25,7 @@ from speculator_operator.localcluster.cluster import (
     scrape_networks,
     stop_recorded,
 )
+from speculator_operator.releases import DIGESTS_ENV
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,11 +109,20 @@ def main(argv: list[str] | None = None) -> int:
 def _images(if_running: bool) -> int:
     holder = node.lock_holder()
     workdir = Path(holder) if holder else None
-    if workdir is None or not (load_state(workdir) or {}).get("node"):
-        print("dev-cluster: no real node runs: nothing to import into", file=sys.stderr)
+    st = load_state(workdir) if workdir is not None else None
+    address = ((st or {}).get("node_record") or {}).get("registry")
+    if workdir is None or not (st or {}).get("node") or not address:
+        print("dev-cluster: no real node runs: nothing to push to", file=sys.stderr)
         return 0 if if_running else 1
-    imported = images.import_built(workdir, CACHE, lambda m: print(m, file=sys.stderr))
-    print(f"dev-cluster: {len(imported)} image(s) imported into the real node", file=sys.stderr)
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    pushed = registry.push_built(address, CACHE, say)
+    images.forget_replaced(workdir, CACHE, registry.pinned(CACHE), say)
+    print(f"dev-cluster: {len(pushed)} image(s) pushed to the real node's registry", file=sys.stderr)
+    if pushed:
+        print("dev-cluster: an operator started before this push renders the old digests: restart it", file=sys.stderr)
     return 0
 
 
@@ -122,6 +134,9 @@ def _print_exports(state: dict[str, object]) -> None:
         print(f"export AWS_ACCESS_KEY_ID={shlex.quote(s3['access_key'])}")
         print(f"export AWS_SECRET_ACCESS_KEY={shlex.quote(s3['secret_key'])}")
         print(f"export AWS_DEFAULT_REGION={shlex.quote(s3['region'])}")
+    digests = state.get("image_digests")
+    if isinstance(digests, dict) and digests:
+        print(f"export {DIGESTS_ENV}={shlex.quote(json.dumps(digests, sort_keys=True))}")
     node = state.get("node")
     print(f"export SPECULATOR_SCRAPE_NETWORKS={shlex.quote(scrape_networks(node if isinstance(node, str) else None))}")
     print(f'export PATH={shlex.quote(str(state["bin_dir"]))}:"$PATH"')

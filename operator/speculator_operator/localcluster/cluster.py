@@ -1,18 +1,19 @@
 """Start and stop the local cluster as supervised processes.
 
 Order: [the real node's lock and bridge network] -> etcd -> kube-apiserver (until /readyz) ->
-kube-controller-manager + kube-scheduler -> kwok -> the S3 server -> fake nodes -> [the real node:
-containerd, the images, the kubelet, the cluster DNS, kube-proxy] -> every node Ready and the `default`
-ServiceAccount (proof that the controllers run). Every listener is on 127.0.0.1 with a port picked free,
-except the API server, the S3 server and the DNS, which listen on the node bridge's gateway address when
-the real node runs (the host and the pods reach that one address). A component that exits while we wait
-for it fails the start at once, naming it with the tail of its log; one that lost a race for its port
-is restarted on another port (process.py).
+kube-controller-manager + kube-scheduler -> kwok -> the S3 server -> fake nodes -> [the real node: the image
+registry (the built images pushed), containerd, the kubelet, the cluster DNS, kube-proxy] -> every node
+Ready and the `default` ServiceAccount (proof that the controllers run). Every listener is on 127.0.0.1 with
+a port picked free, except the API server, the S3 server and the DNS, which listen on the node bridge's
+gateway address when the real node runs (the host and the pods reach that one address). A component that
+exits while we wait for it fails the start at once, naming it with the tail of its log; one that lost a race
+for its port is restarted on another port (process.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 import urllib.error
@@ -36,6 +37,7 @@ from speculator_operator.localcluster.process import (
 )
 from speculator_operator.localcluster.s3 import S3Info
 from speculator_operator.localcluster.state import STATE_FILE, load_state, running_components, stop_recorded
+from speculator_operator.releases import DIGESTS_ENV
 
 CACHE = Path(os.environ.get("SPECULATOR_OPERATOR_CACHE") or Path.home() / ".cache" / "speculator-operator")
 
@@ -71,6 +73,8 @@ class ClusterInfo:
     node: str | None = None  # the real node's name, when one runs
     node_unavailable: str | None = None  # why no real node runs (when one was wanted)
     address: str = LOOPBACK  # where the API server, S3 and the DNS listen
+    registry: str | None = None  # host:port of the real node's image registry (loopback)
+    image_digests: dict[str, str] = field(default_factory=dict)  # built reference -> manifest digest pushed
 
     @property
     def kubectl(self) -> Path:
@@ -80,6 +84,8 @@ class ClusterInfo:
         env = {"KUBECONFIG": str(self.kubeconfig), "SPECULATOR_SCRAPE_NETWORKS": scrape_networks(self.node)}
         if self.s3:
             env.update(self.s3.env())
+        if self.image_digests:
+            env[DIGESTS_ENV] = json.dumps(self.image_digests, sort_keys=True)
         return env
 
 
@@ -151,7 +157,9 @@ class LocalCluster(Supervisor):
             kwok.create_nodes(self.api, self.fake_node_names(), self.gpus_per_node, self.gpu_product)
             if self._node:
                 self._record_state(None)
-                realnode.start(self, self._node, pki, self.api, self.cache, SERVICE_CIDR)
+                realnode.start(
+                    self, self._node, pki, self.api, self.cache, SERVICE_CIDR, lambda: self._record_state(None)
+                )
             self._wait_cluster_ready()
         except BaseException:
             self.stop()
@@ -169,6 +177,8 @@ class LocalCluster(Supervisor):
             node=NODE_NAME if self._node else None,
             node_unavailable=unavailable,
             address=address,
+            registry=self._node.registry if self._node else None,
+            image_digests=dict(self._node.digests) if self._node else {},
         )
         self._record_state(self.info)
         return self.info

@@ -1,9 +1,11 @@
 """containerd (Debian's) for the real node: its image store under ~/.cache/speculator-operator (images
 imported once stay across clusters), its state, socket and CNI configuration under the cluster's
 workdir, runc as the runtime, and the settings this sandbox needs (shared/reference/real-node.md §2):
-`restrict_oom_score_adj` (no CAP_SYS_RESOURCE), no AppArmor, cgroupfs, streaming on loopback. Every
-registry resolves to a closed port on loopback: an image the node does not hold fails to pull at once
-(ErrImagePull, in the pod's status) and no pull ever leaves this machine."""
+`restrict_oom_score_adj` (no CAP_SYS_RESOURCE), no AppArmor, cgroupfs, streaming on loopback. The hosts
+the project's images are named under (registry.hosts) resolve to the harness's registry on loopback, so the
+kubelet pulls them as it would from any registry, and a missing tag gets the registry's own answer; every
+other registry resolves to a closed port on loopback: its pulls fail at once (ErrImagePull, in the pod's
+status) and no pull ever leaves this machine."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from speculator_operator.localcluster.network import cni_config
@@ -34,7 +37,9 @@ def socket_path(workdir: Path) -> Path:
     return workdir / "containerd" / "containerd.sock"
 
 
-def config(workdir: Path, cache: Path, service_cidr: str) -> Path:
+def config(
+    workdir: Path, cache: Path, service_cidr: str, registry: str | None = None, hosts: Sequence[str] = ()
+) -> Path:
     root = store(cache)
     state = workdir / "containerd" / "state"
     cni = workdir / "cni"
@@ -46,6 +51,13 @@ def config(workdir: Path, cache: Path, service_cidr: str) -> Path:
     registries = workdir / "containerd" / "certs.d"
     (registries / "_default").mkdir(parents=True, exist_ok=True)
     (registries / "_default" / "hosts.toml").write_text(f'server = "{NO_REGISTRY}"\n')
+    for host in hosts if registry else ():
+        # the registry speaks plain HTTP on loopback; it is the only host containerd may ask for these images
+        mirror = f"http://{registry}"
+        (registries / host).mkdir(parents=True, exist_ok=True)
+        (registries / host / "hosts.toml").write_text(
+            f'server = "{mirror}"\n\n[host."{mirror}"]\n  capabilities = ["pull", "resolve"]\n'
+        )
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     text = f"""version = 2
 root = "{root}"
@@ -101,9 +113,17 @@ def ctr(workdir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedP
     )
 
 
-def start(sup: Supervisor, cache: Path, service_cidr: str, lock_fd: int) -> Process:
-    """Start containerd (it holds the node lock: the lock lives exactly as long as the node's runtime)."""
-    path = config(sup.workdir, cache, service_cidr)
+def start(
+    sup: Supervisor,
+    cache: Path,
+    service_cidr: str,
+    lock_fd: int,
+    registry: str | None = None,
+    hosts: Sequence[str] = (),
+) -> Process:
+    """Start containerd (it holds the node lock: the lock lives exactly as long as the node's runtime), pulling
+    the images of `hosts` from `registry`."""
+    path = config(sup.workdir, cache, service_cidr, registry, hosts)
 
     def ready() -> bool:
         return ctr(sup.workdir, "version", timeout=5).returncode == 0
@@ -114,6 +134,13 @@ def start(sup: Supervisor, cache: Path, service_cidr: str, lock_fd: int) -> Proc
 def images(workdir: Path) -> set[str]:
     out = ctr(workdir, "images", "list", "--quiet")
     return {line.strip() for line in out.stdout.splitlines() if line.strip()}
+
+
+def image_digests(workdir: Path) -> dict[str, str]:
+    """{reference: the manifest digest it names} of every image the node holds."""
+    out = ctr(workdir, "images", "list")
+    rows = (line.split() for line in out.stdout.splitlines()[1:] if line.strip())
+    return {row[0]: row[2] for row in rows if len(row) >= 3 and row[2].startswith("sha256:")}
 
 
 def tasks(workdir: Path) -> dict[str, str]:

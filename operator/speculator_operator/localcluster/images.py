@@ -1,11 +1,9 @@
-"""The images `hack/build-images` built (podman's store under ~/.cache/speculator-operator), imported into
-the real node's containerd: streamed (`podman save` into `ctr images import`, no tar kept), only those
-missing or rebuilt since the last import, and images a newer build replaced are removed."""
+"""The images `hack/build-images` built (podman's store under ~/.cache/speculator-operator): their list, the
+podman that reads that store, and the node-side clean-up after a rebuild (the images reach the node by
+registry.py's push and the kubelet's pull)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,42 +39,28 @@ def podman_argv(cache: Path) -> list[str]:
     ]
 
 
-def import_built(workdir: Path, cache: Path, say: Callable[[str], None]) -> list[str]:
-    """Import what is missing or newer into the node; returns the references imported."""
+def forget_replaced(workdir: Path, cache: Path, pinned: dict[str, str], say: Callable[[str], None]) -> list[str]:
+    """Remove from the node what a newer build replaced, so that the kubelet pulls the build the registry now
+    holds: a tag that names another manifest than the registry's (`pinned`: reference -> digest), the
+    references and image ids of builds no longer built. Returns what was removed."""
     built = built_list(cache)
-    record = containerd.store(cache) / "imported.json"
-    imported: dict[str, str] = json.loads(record.read_text()) if record.exists() else {}
-    present = containerd.images(workdir)
-    todo = sorted(ref for ref, image_id in built.items() if ref not in present or imported.get(ref) != image_id)
-    stale = sorted(ref for ref in imported if ref not in built and ref in present)
-    if stale:
-        containerd.ctr(workdir, "images", "remove", "--sync", *stale, timeout=300)
-        say(f"local-cluster: removed {len(stale)} image(s) a newer build replaced from the node")
-    if todo:
-        say(f"local-cluster: importing {len(todo)} image(s) into the node: {', '.join(todo)}")
-        save = subprocess.Popen(
-            [*podman_argv(cache), "save", "--multi-image-archive", "--format", "docker-archive", *todo],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        load = subprocess.run(
-            containerd.ctr_argv(workdir, "images", "import", "--snapshotter", "overlayfs", "-"),
-            stdin=save.stdout,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert save.stdout is not None
-        save.stdout.close()
-        _, err = save.communicate()
-        if save.returncode != 0 or load.returncode != 0:
-            raise RuntimeError(f"importing {', '.join(todo)} failed: {err.decode()[-2000:]} {load.stderr[-2000:]}")
-    record.write_text(json.dumps({ref: built[ref] for ref in built}, indent=2))
-    # the CRI plugin also names every image by its id: an id no built reference has any more holds a
-    # replaced build's layers; removing it (synchronously: the garbage collection runs) frees them
+    if not built:
+        return []
+    present = containerd.image_digests(workdir)
+    prefixes = tuple(ref.rsplit(":", 1)[0] for ref in built)
+    current = {ref.rsplit(":", 1)[0] + "@" + digest for ref, digest in pinned.items()}
     ids = {"sha256:" + image_id.removeprefix("sha256:") for image_id in built.values()}
-    gone = sorted(r for r in containerd.images(workdir) if r.startswith("sha256:") and r not in ids)
+    gone = []
+    for ref, digest in sorted(present.items()):
+        if ref in built:
+            if pinned.get(ref) not in (None, digest):
+                gone.append(ref)  # the tag of an older build
+        elif ref.startswith("sha256:"):
+            if ref not in ids:
+                gone.append(ref)  # the CRI plugin's name for a replaced build's image id
+        elif ref.startswith(prefixes) and ref not in current:
+            gone.append(ref)  # a replaced build by its digest
     if gone:
         containerd.ctr(workdir, "images", "remove", "--sync", *gone, timeout=300)
-        say(f"local-cluster: removed {len(gone)} replaced image(s) from the node")
-    return todo
+        say(f"local-cluster: removed {len(gone)} replaced image reference(s) from the node")
+    return gone

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speculator_operator.localcluster import containerd, coredns, images, kubelet, kubeproxy, network, traces
+from speculator_operator.localcluster import containerd, coredns, images, kubelet, kubeproxy, network, registry, traces
 from speculator_operator.localcluster.apiserver import Api, write_kubeconfig
 from speculator_operator.localcluster.process import ComponentError, Supervisor, tail
 
 LOCK = Path("/run/speculator-operator/node.lock")
-BINARIES = ("kubelet", "kube-proxy", "coredns")
+BINARIES = ("kubelet", "kube-proxy", "coredns", "registry")
 HOST_TOOLS = {
     "containerd": containerd.CONTAINERD,
     "runc": containerd.RUNC,
@@ -35,7 +35,7 @@ HOST_TOOLS = {
     "nft": "/usr/sbin/nft",
     "ip": "/usr/sbin/ip",
 }
-COMPONENTS = ("containerd", "kubelet", "coredns", "kube-proxy")
+COMPONENTS = ("registry", "containerd", "kubelet", "coredns", "kube-proxy")
 
 
 class NodeUnavailable(Exception):
@@ -119,7 +119,9 @@ class Prepared:
     lock_fd: int
     undo: dict[str, Any]  # network.up's record
     dirs_before: list[str]
-    imported: list[str] = field(default_factory=list)
+    registry: str | None = None  # host:port of the image registry
+    pushed: list[str] = field(default_factory=list)  # the references this start pushed to it
+    digests: dict[str, str] = field(default_factory=dict)  # reference -> manifest digest, of every built image
 
 
 def prepare(workdir: Path, service_cidr: str) -> Prepared:
@@ -134,16 +136,30 @@ def prepare(workdir: Path, service_cidr: str) -> Prepared:
     return Prepared(fd, undo, before)
 
 
-def start(sup: Supervisor, prepared: Prepared, pki: dict[str, Path], api: Api, cache: Path, service_cidr: str) -> None:
-    """containerd (the images imported), the kubelet (until the node is Ready), the DNS, kube-proxy."""
+def start(
+    sup: Supervisor,
+    prepared: Prepared,
+    pki: dict[str, Path],
+    api: Api,
+    cache: Path,
+    service_cidr: str,
+    started: Callable[[], None] = lambda: None,
+) -> None:
+    """The registry (what it lacks pushed), containerd (pulling the built images' hosts from it), the kubelet
+    (until the node is Ready), the DNS, kube-proxy."""
     t0 = time.monotonic()
-    containerd.start(sup, cache, service_cidr, prepared.lock_fd)
+    address = prepared.registry = registry.start(sup, cache)
+    started()  # recorded before the push, which may take minutes: a start killed during it leaves no registry
     t1 = time.monotonic()
     try:
-        prepared.imported = images.import_built(sup.workdir, cache, sup.say)
-    except RuntimeError as exc:
-        raise ComponentError("containerd", str(exc)) from None
-    sup.durations["node-images"] = time.monotonic() - t1
+        prepared.pushed = registry.push_built(address, cache, sup.say)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        raise ComponentError("registry", f"pushing the built images: {exc}", tail(sup.log_path("registry"))) from None
+    prepared.digests = registry.pinned(cache)
+    sup.durations["node-images-push"] = time.monotonic() - t1
+    hosts = registry.hosts(sorted(images.built_list(cache)))
+    containerd.start(sup, cache, service_cidr, prepared.lock_fd, address, hosts)
+    images.forget_replaced(sup.workdir, cache, prepared.digests, sup.say)
     server = api.server
     node_kc = write_kubeconfig(sup.workdir / "node.kubeconfig", server, pki, "node")
     proxy_kc = write_kubeconfig(sup.workdir / "kube-proxy.kubeconfig", server, pki, "kube-proxy")
@@ -175,7 +191,12 @@ def wait_ready(sup: Supervisor, api: Api) -> None:
 
 def record(prepared: Prepared) -> dict[str, Any]:
     """What another process needs to take the node down (the state file's `node_record`)."""
-    return {"name": kubelet.NODE_NAME, "undo": prepared.undo, "dirs_before": prepared.dirs_before}
+    return {
+        "name": kubelet.NODE_NAME,
+        "undo": prepared.undo,
+        "dirs_before": prepared.dirs_before,
+        "registry": prepared.registry,
+    }
 
 
 def _delete_pods(api: Api | None, workdir: Path, timeout: float = 90) -> None:
@@ -221,6 +242,7 @@ def teardown(workdir: Path, rec: dict[str, Any], api: Api | None, stop: Callable
                 containerd.ctr(workdir, "tasks", "kill", "--signal", "SIGKILL", task)
             containerd.remove_containers(workdir)
     stop("containerd")  # the node lock goes with it
+    stop("registry")
     done += [f"shim {pid}" for pid in containerd.stop_shims(workdir)]
     done += [f"container process {pid}" for pid in traces.kill_cgroup_processes()]
     done += traces.unmount_under(
