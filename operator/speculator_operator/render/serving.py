@@ -21,7 +21,7 @@ from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.checkpoint.manifest import Kind, Manifest
 from speculator_operator.checkpoint.model import Checkpoint
 from speculator_operator.economics import schedule_from_cutoff
-from speculator_operator.releases import Release, Version, has_per_batch_size_schedule, supports
+from speculator_operator.releases import Release, Version, has_per_batch_size_schedule, pinned, supports
 
 PORT = 8000
 DRAFT_DIR = "/models/draft"
@@ -221,7 +221,8 @@ def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any] | None, list[tu
 
 
 def revision_hash(inputs: Inputs, args: list[str]) -> str:
-    """One hash over everything that must move together: verifier, draft, release, rendered command."""
+    """One hash over everything that must move together: verifier, draft, release, the server image (by digest
+    where it is pinned, so a new build of the same tag is a new revision), rendered command."""
     payload = {
         "verifier": [inputs.spec.verifier.model, inputs.verifier_revision or inputs.spec.verifier.revision],
         "draft": [
@@ -229,6 +230,7 @@ def revision_hash(inputs: Inputs, args: list[str]) -> str:
             inputs.draft.revision,
         ],
         "release": inputs.release.name,
+        "image": server_image(inputs),
         "args": args,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
@@ -260,8 +262,9 @@ def _stage(
 
 
 def server_image(inputs: Inputs) -> str:
-    """serving.image, else the release's server image for this package version."""
-    return inputs.spec.serving.image or inputs.release.image("server")
+    """serving.image, else the release's server image for this package version (pinned to its digest where
+    SPECULATOR_IMAGE_DIGESTS names one)."""
+    return pinned(inputs.spec.serving.image) if inputs.spec.serving.image else inputs.release.image("server")
 
 
 def render(inputs: Inputs) -> Rendered:

@@ -8,7 +8,7 @@ from typing import Any
 
 from speculator_operator.api.common import API_VERSION
 from speculator_operator.api.trainjob import PodOptions, SpeculatorTrainJobSpec
-from speculator_operator.releases import Release
+from speculator_operator.releases import Release, pinned
 from speculator_operator.render.serving import (
     CONTAINER_SECURITY,
     GPU,
@@ -192,7 +192,7 @@ def _pod(
     volumes, mounts = _volumes(inputs)
     container = {
         **container,
-        "image": opts.image or container["image"],
+        "image": pinned(opts.image) if opts.image else container["image"],
         "env": [*_env(), *container.get("env", []), *(opts.env or [])],
         "resources": _resources(opts, gpus),
         "volumeMounts": [*mounts, *container.get("volumeMounts", [])],
