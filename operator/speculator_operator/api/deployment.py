@@ -342,6 +342,15 @@ class RetrainStatus(Model):
     verifier_revision: str = Field(description="The verifier revision it trains for.")
 
 
+class ServedImage(Model):
+    revision: str = Field(description="The serving revision whose pods ran it.")
+    image: str = Field(description="The image the pods were rendered with (reference@digest where pinned).")
+    image_id: str = Field(
+        description="The image the kubelet ran (containerStatuses[].imageID: the repository and the manifest "
+        "digest), the same on every ready pod of the revision."
+    )
+
+
 class SpeculatorDeploymentStatus(Model):
     phase: Literal["Pending", "Auditing", "Deploying", "Ready", "Degraded", "Failed"] | None = None
     observed_generation: int | None = None
@@ -362,7 +371,14 @@ class SpeculatorDeploymentStatus(Model):
         "output.uri's pointer led.",
     )
     retrain: RetrainStatus | None = Field(default=None, description="A retraining in flight.")
-    revision: str | None = Field(default=None, description="Hash of verifier, draft, release and rendered config.")
+    revision: str | None = Field(
+        default=None,
+        description="Hash of verifier, draft, release, the server image (its digest where pinned) and "
+        "the rendered config.",
+    )
+    served_image: ServedImage | None = Field(
+        default=None, description="What the kubelet reports running for the served revision (recorded once rolled out)."
+    )
     replicas: int | None = None
     ready_replicas: int | None = None
     updated_replicas: int | None = None

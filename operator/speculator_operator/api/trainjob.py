@@ -529,6 +529,11 @@ class Provenance(Model):
     converted_from: str | None = Field(default=None, description="The third-party draft converted (URI@revision).")
     evaluation: EvaluationResult | None = Field(default=None, description="The acceptance measured before publish.")
     commands: dict[str, str] | None = Field(default=None, description="Each stage's exact command line.")
+    images: dict[str, str] | None = Field(
+        default=None,
+        description="Each finished stage's image as the kubelet ran it (containerStatuses[].imageID: the "
+        "repository and the manifest digest).",
+    )
 
 
 class SpeculatorTrainJobStatus(Model):

@@ -52,7 +52,6 @@ from speculator_operator.reconcile.deployment import (
     retrain_due,
     retrain_job,
     retrain_status,
-    serving_status,
     train_job_output,
     verifier_change,
 )
@@ -380,8 +379,10 @@ def refresh_owner(namespace: str, owner: str, child: dict[str, Any] | None) -> N
         return
     status = dict(parent.get("status") or {})
     pods = None
-    if needs_pods(status) and not serving_status(parsed, status.get("revision"), child)["ready"]:
-        pods = deployment_pods(namespace, owner)  # a stuck pod's own words: only while it is not rolled out
+    if needs_pods(status):
+        # while it rolls out, a stuck pod's own words; once rolled out, the image the kubelet runs (one read
+        # per rollout: a Ready resource is not Deploying)
+        pods = deployment_pods(namespace, owner)
     generation = int(parent["metadata"]["generation"])
     write_status(namespace, owner, status, refresh_serving(parsed, status, child, generation, pods), "child")
 

@@ -75,6 +75,14 @@ def _terminated(pod: dict[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
+def main_image_id(pod: dict[str, Any]) -> str | None:
+    """The image the kubelet ran for the pod's main container (repository@digest), if it reports one."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == "main" and cs.get("imageID"):
+            return str(cs["imageID"])
+    return None
+
+
 def observe_children(namespace: str, name: str, obs: Observed) -> None:
     selector = f"{LABEL}={name}"
     for job in kube.list_objects("batch/v1", "Job", namespace, label_selector=selector):
@@ -104,6 +112,9 @@ def observe_children(namespace: str, name: str, obs: Observed) -> None:
         finished, message = _terminated(pod)
         with_pods.add(stage)
         if phase == "Succeeded":
+            image_id = main_image_id(pod)
+            if image_id:
+                obs.images[stage] = image_id
             found = parse_report(message)
             if found is not None:
                 obs.reports[stage] = {**obs.reports.get(stage, {}), **found}

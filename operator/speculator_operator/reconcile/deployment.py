@@ -112,6 +112,29 @@ def serving_status(
     return out
 
 
+SERVER_CONTAINER = "vllm"
+
+
+def served_image(revision: str, pods: list[dict[str, Any]]) -> dict[str, str] | None:
+    """What the kubelet runs for `revision`: the rendered image and the imageID every ready pod of the revision
+    reports for its server container (`ServedImage` on the wire); None while a ready pod reports none (kwok's
+    fake pods) or two pods report different ones (a tag that moved between two pulls: not one image)."""
+    seen: set[tuple[str, str]] = set()
+    for pod in pods:
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL) != revision:
+            continue
+        rendered = {c.get("name"): c.get("image") for c in (pod.get("spec") or {}).get("containers") or []}
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if cs.get("name") == SERVER_CONTAINER and cs.get("ready"):
+                if not cs.get("imageID"):
+                    return None
+                seen.add((str(rendered.get(SERVER_CONTAINER) or cs.get("image") or ""), str(cs["imageID"])))
+    if len(seen) != 1:
+        return None
+    image, image_id = seen.pop()
+    return {"revision": revision, "image": image, "imageId": image_id}
+
+
 def _what(ck: Checkpoint) -> str:
     return "stitched MTP model" if ck.stitched_mtp else f"{ck.algorithm} draft"
 
@@ -212,6 +235,9 @@ def plan(
         updatedReplicas=serving["updatedReplicas"],
         **common,
     )  # fmt: skip
+    image = served_image(rendered.revision, obs.pods) if ready and obs.pods else None
+    if image is not None:
+        status["servedImage"] = image
     events = []
     if obs.status.get("revision") != rendered.revision:
         events.append(("Normal", "RollingOut", f"applying revision {rendered.revision}"))
@@ -247,6 +273,10 @@ def refresh_serving(
         readyReplicas=serving["readyReplicas"],
         updatedReplicas=serving["updatedReplicas"],
     )  # fmt: skip
+    if ready and pods:
+        image = served_image(status["revision"], pods)
+        if image is not None:
+            new["servedImage"] = image
     if _without(new, "updatedReplicas") == _without(status, "updatedReplicas"):
         return status
     return new

@@ -65,6 +65,7 @@ class Observed:
     failures: dict[str, str] = field(default_factory=dict)  # stage -> the last failed pod's message (log tail)
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)  # stage -> a stuck pod's (reason, message)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> Deployment
+    images: dict[str, str] = field(default_factory=dict)  # stage -> the imageID its succeeded pod ran
     at: datetime | None = None  # now (tests set it)
 
     def now(self) -> datetime:
@@ -172,6 +173,8 @@ def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[
         "convertedFrom": _converted_from(inputs.spec),
         "evaluation": inputs.evaluation,
         "commands": {s.name: " ".join(s.command) for s in all_stages},
+        # what the kubelet ran: kept from earlier passes, since a finished stage's pods may be gone by now
+        "images": {**((obs.status.get("provenance") or {}).get("images") or {}), **obs.images} or None,
     }
     return {k: v for k, v in out.items() if v is not None}
 
