@@ -384,3 +384,12 @@ def test_a_run_failed_for_its_evaluation_server_stays_failed_until_its_spec_chan
     resumed = run(changed, EVALUATED)
     assert ("Deployment", "q-evaluator") in kinds(resumed)
     assert resumed.status["phase"] == "Evaluating"
+
+
+def test_the_provenance_keeps_the_image_each_stage_ran_after_its_pods_are_gone() -> None:
+    ran = "ghcr.io/speculator-operator/trainer@sha256:" + "ab" * 32
+    first = run(observed(jobs={s: job("done") for s in ORDER[:2]}, images={"fetch": ran, "prepare": ran}))
+    assert first.status["provenance"]["images"] == {"fetch": ran, "prepare": ran}
+    # a later pass that sees only the train pod (the earlier pods deleted) keeps what the earlier ones ran
+    later = run(observed(status=first.status, jobs={s: job("done") for s in ORDER[:3]}, images={"train": ran}))
+    assert later.status["provenance"]["images"] == {"fetch": ran, "prepare": ran, "train": ran}
