@@ -29,6 +29,7 @@ from kopf.testing import KopfRunner
 from kubernetes import client, config
 
 from speculator_operator.localcluster import ClusterInfo, LocalCluster, S3Info
+from speculator_operator.releases import DIGESTS_ENV, operator_reference
 
 from ..ckptgen import SMALL_QWEN3 as SMALL
 from ..ckptgen import eagle3, write_checkpoint
@@ -179,18 +180,36 @@ def eventually(check: Callable[[], T], timeout: float = 60, interval: float = 0.
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster, operator_crds: list[str]) -> Iterator[KopfRunner]:
     """The operator (both kinds) in-process, watching every namespace; one per test module."""
-    old = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    # the kubeconfig, and the digests the harness pushed (the pods it renders run exactly those builds)
+    env = {"KUBECONFIG": str(cluster.kubeconfig)}
+    if cluster.local is not None and cluster.local.image_digests:
+        env[DIGESTS_ENV] = json.dumps(cluster.local.image_digests, sort_keys=True)
+    old = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
     args = ["run", "--standalone", "--all-namespaces", "-m", "speculator_operator.controllers"]
     try:
         with KopfRunner(args, timeout=60) as runner:
             yield runner
     finally:
-        if old is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = old
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     assert runner.exception is None, runner.exception
+
+
+def chart_image_values(cluster: Cluster) -> dict[str, Any]:
+    """The chart values that pin the operator's image and its pods' images to the digests the harness pushed
+    (empty against a cluster of someone else's)."""
+    digests = cluster.local.image_digests if cluster.local is not None else {}
+    if not digests:
+        return {}
+    values: dict[str, Any] = {"workloadImages": {"digests": digests}}
+    own = digests.get(operator_reference())
+    if own:
+        values["image"] = {"digest": own}
+    return values
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,7 @@ from speculator_operator.reconcile.acceptance import parse_sample
 from speculator_operator.releases import get_release
 
 from ..lanes import make_tiny_verifier, run_in, workloads_env_path
-from .conftest import REPO, Cluster, eventually, get
+from .conftest import REPO, Cluster, chart_image_values, eventually, get
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
 CHART = REPO / "charts" / "speculator-operator"
@@ -97,6 +97,7 @@ def node_ns(
         "watchNamespaces": [name],
         "acceptance": {"scrapeIntervalSeconds": 3, "scrapeNetworks": ["10.250.0.0/24"]},
         **ON_NODE,
+        **chart_image_values(cluster),
     }
     (home / "values.json").write_text(json.dumps(values))
     helm(
@@ -267,9 +268,11 @@ def test_a_rolling_upgrade_of_the_operator_loses_no_transition(
     if cluster.harness is None:
         pytest.skip("needs the local node's containerd to tag the new image")
     old_image = get(cluster, node_ns, "deployment/speculator-operator")["spec"]["template"]["spec"]["containers"][0]
-    repository, _, tag = old_image["image"].rpartition(":")
+    by_tag, _, digest = old_image["image"].partition("@")  # pinned to the pushed digest where the harness has one
+    repository, _, tag = by_tag.rpartition(":")
     new_tag = f"{tag}-upgrade"
-    tagged = containerd.ctr(cluster.harness.workdir, "images", "tag", "--force", old_image["image"],
+    pulled = f"{repository}@{digest}" if digest else by_tag  # the name containerd holds it by
+    tagged = containerd.ctr(cluster.harness.workdir, "images", "tag", "--force", pulled,
                             f"{repository}:{new_tag}")  # fmt: skip
     assert tagged.returncode == 0, tagged.stderr
     store = f"s3://models-{node_ns}"
@@ -303,7 +306,8 @@ def test_a_rolling_upgrade_of_the_operator_loses_no_transition(
 
     pods = list_pods(cluster, node_ns, "app.kubernetes.io/name=speculator-operator")
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    assert {p["spec"]["containers"][0]["image"] for p in live} == {f"{repository}:{new_tag}"}
+    new_image = f"{repository}:{new_tag}" + (f"@{digest}" if digest else "")
+    assert {p["spec"]["containers"][0]["image"] for p in live} == {new_image}
 
     def new_holder() -> str:
         now = _lease_holder(cluster, node_ns)
@@ -383,6 +387,15 @@ def test_a_train_job_in_real_pods_publishes_a_draft_that_a_real_pod_serves(
     served = time.monotonic() - t0
     st = get(cluster, node_ns, "sdep/tiny")["status"]
     assert st["draftSource"] == job["checkpoint"]["uri"]
+    # the pinned tuple is whole: the kubelet ran exactly the builds the harness pushed, by their digests
+    pushed = cluster.local.image_digests if cluster.local is not None else {}
+    assert pushed, "the harness pushed no image to the node's registry"
+    server = pushed[get_release().reference("server", "cpu")]
+    assert st["servedImage"]["revision"] == st["revision"]
+    assert st["servedImage"]["image"].endswith(f"@{server}"), st["servedImage"]
+    assert st["servedImage"]["imageId"].endswith(f"@{server}"), st["servedImage"]
+    trainer = pushed[get_release().reference("trainer")]
+    assert job["provenance"]["images"]["train"].endswith(f"@{trainer}"), job["provenance"]
     pod = serving_pod(cluster, node_ns, "tiny")
     assert pod["spec"]["nodeName"] == real_node
     log = cluster.kubectl("logs", "-n", node_ns, pod["metadata"]["name"], "-c", "vllm").stdout
@@ -509,6 +522,9 @@ def test_an_image_the_node_cannot_get_is_reported_in_the_kubelets_words(
 
     serving = eventually(reported, timeout=180, interval=2)
     assert missing in serving["message"]
+    # the harness's registry answered: the tag is not there (not a closed port, not a refused connection)
+    assert "not found" in serving["message"], serving["message"]
+    assert "connection refused" not in serving["message"], serving["message"]
     cluster.kubectl("delete", "-n", node_ns, "sdep/noimage")
 
 

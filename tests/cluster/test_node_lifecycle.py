@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -89,9 +90,21 @@ def test_a_pod_runs_on_the_real_node_and_down_leaves_no_trace(bin_dir: Path, tmp
         # routes to the node's pods and to the Service range only: no default route
         destinations = {line.split()[1] for line in seen["routes"]}
         assert "00000000" not in destinations
+        # the kubelet pulled the pod's image from the harness's registry, on loopback
+        assert info.registry is not None
+        assert info.registry.startswith("127.0.0.1:")
+        status = json.loads(subprocess.run([*kubectl, "get", "pod/probe", "-o", "json"], capture_output=True,
+                                           text=True, check=True, timeout=60).stdout)["status"]  # fmt: skip
+        ran = status["containerStatuses"][0]["imageID"]
+        assert ran.endswith("@" + info.image_digests[operator_image()]), ran
     finally:
         local.stop()
     assert snapshot() == before
+    # and the registry is gone with the rest: no process, nothing listening on its port
+    assert not alive(info.pids["registry"])
+    host, port = info.registry.rsplit(":", 1)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=2).close()
 
 
 def test_a_detached_node_is_taken_down_from_its_state_file(bin_dir: Path, tmp_path: Path) -> None:

@@ -157,6 +157,8 @@ def start(
         raise ComponentError("registry", f"pushing the built images: {exc}", tail(sup.log_path("registry"))) from None
     prepared.digests = registry.pinned(cache)
     sup.durations["node-images-push"] = time.monotonic() - t1
+    took = sup.durations["node-images-push"]
+    sup.say(f"local-cluster: {len(prepared.pushed)} image(s) pushed to the registry in {took:.1f} s")
     hosts = registry.hosts(sorted(images.built_list(cache)))
     containerd.start(sup, cache, service_cidr, prepared.lock_fd, address, hosts)
     images.forget_replaced(sup.workdir, cache, prepared.digests, sup.say)
