@@ -165,6 +165,13 @@ def seen(plural: str, body: Mapping[str, Any], type: str | None) -> None:
     _objects[plural][uid] = _Seen(_kept(body), time.monotonic())
 
 
+def tracking(plural: str, uid: str) -> bool:
+    """Whether `uid` is still live here: False once its DELETED event ran the on_gone callbacks. A job
+    launched before that event may still run; it checks this before it keeps anything by the object, since
+    the callbacks will not run again for it."""
+    return uid in _objects.get(plural, {})
+
+
 def latest(plural: str, uid: str) -> kopf.Body | None:
     found = _objects.get(plural, {}).get(uid)
     return found.body if found else None
@@ -267,6 +274,13 @@ def _launch(key: tuple[str, str], body: kopf.Body, work: Awaitable[None]) -> Non
     task.add_done_callback(_tasks.discard)
 
 
+async def while_tracked(plural: str, uid: str, fn: Job, body: kopf.Body) -> None:
+    """Run a job launched for `uid` only if the object is still tracked when the task starts: its DELETED
+    event may be handled in between, and whatever the job kept by it then would never be forgotten."""
+    if tracking(plural, uid):
+        await fn(body)
+
+
 async def _loop() -> None:
     while True:
         now = time.monotonic()
@@ -280,5 +294,5 @@ async def _loop() -> None:
             for uid, found in list(_objects[job.plural].items()):
                 key = (job.name, uid)
                 if key not in _running and job.every.due(uid, now, found.changed_at):
-                    _launch(key, found.body, job.fn(found.body))
+                    _launch(key, found.body, while_tracked(job.plural, uid, job.fn, found.body))
         await asyncio.sleep(TICK_SECONDS)

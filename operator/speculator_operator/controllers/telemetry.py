@@ -78,10 +78,14 @@ def _client() -> tuple[asyncio.Semaphore, aiohttp.ClientSession]:
     return _semaphore, _session
 
 
-@kopf.on.cleanup()
-async def close_session(**_: Any) -> None:
+async def close_client() -> None:
     if _session is not None and not _session.closed:
         await _session.close()
+
+
+@kopf.on.cleanup()
+async def close_session(**_: Any) -> None:
+    await close_client()
 
 
 def _target(pod: kopf.Body) -> dict[str, Any] | None:
@@ -240,6 +244,8 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     parsed = deployment.parsed_spec(spec)
     if namespace is None or econ is None or not revision or parsed is None:
         return  # nothing served yet: nothing to measure
+    if not periodic.tracking(PLURAL, uid):
+        return  # deleted after this job was launched: on_gone has run, and nothing may be kept for it again
     tuning = parsed.serving.tuning
     generation = int(meta.get("generation") or 0)
     acc: dict[str, Any] | None = None
@@ -260,6 +266,8 @@ async def scrape_acceptance(body: kopf.Body) -> None:
             return  # nothing to say yet (a status write saved per rollout)
         window.keep_only({str(t["pod"]) for t in targets})
         await asyncio.gather(*(_scrape_one(window, t, now) for t in targets))
+        if not periodic.tracking(PLURAL, uid):
+            return  # deleted during the scrape: publishing now would bring its series and tables back
         observed_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         acc = acceptance_status(
             window.totals(revision, now),

@@ -1,0 +1,104 @@
+"""A scrape job launched for a SpeculatorDeployment that is deleted before or while it runs keeps nothing by
+that object: its DELETED event has already run the on_gone callbacks, which will not run again (the burst
+test found one acceptance window left this way after every object was gone)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import kopf
+import pytest
+
+from speculator_operator.controllers import deployment, periodic, telemetry
+from speculator_operator.reconcile.acceptance import Window
+
+NAMESPACE, NAME, UID = "ns", "pair", "uid-1"
+
+
+def body() -> kopf.Body:
+    raw: Any = {
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "uid": UID, "generation": 1},
+        "spec": {
+            "verifier": {"model": "Qwen/Qwen3-8B"},
+            "speculator": {"source": "hf://acme/d"},
+            "serving": {"replicas": 1},
+        },
+        "status": {"phase": "Ready", "revision": "r1", "numSpeculativeTokens": 3, "algorithm": "eagle3"},
+    }
+    return kopf.Body(raw)
+
+
+@pytest.fixture
+def scrape(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """A live object with one ready serving pod; the status writes the job asks for, recorded, not sent."""
+    target = {"pod": "p0", "ip": "127.0.0.1", "port": 9, "revision": "r1", "ready": True}
+    monkeypatch.setattr(telemetry, "_pods", {(NAMESPACE, NAME): [target]})
+    writes: list[Any] = []
+
+    async def in_lane(fn: Any, *args: Any) -> None:
+        writes.append((fn.__name__, args))
+
+    monkeypatch.setattr(periodic, "in_lane", in_lane)
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+    periodic.seen(telemetry.PLURAL, body(), "ADDED")
+    yield writes
+    periodic.seen(telemetry.PLURAL, body(), "DELETED")
+    telemetry.forget(NAMESPACE, NAME)
+
+
+def run_scrape() -> None:
+    async def once() -> None:
+        try:
+            await telemetry.scrape_acceptance(body())
+        finally:
+            await telemetry.close_client()  # the real client session, bound to this loop
+
+    asyncio.run(once())
+
+
+def kept() -> dict[str, bool]:
+    return {
+        "window": UID in telemetry._windows,
+        "ready": UID in telemetry._ready_since,
+        "positions": (NAMESPACE, NAME) in telemetry._positions,
+        "series": any(
+            sample.labels.get("name") == NAME for family in telemetry.RUNNING.collect() for sample in family.samples
+        ),
+    }
+
+
+def test_a_live_object_is_measured_and_kept(scrape: list[Any]) -> None:
+    run_scrape()
+    assert kept() == {"window": True, "ready": True, "positions": False, "series": True}
+    assert [name for name, _ in scrape] == ["write_status"]  # the failed scrape is said in status
+
+
+def test_an_object_deleted_before_its_job_runs_keeps_nothing(scrape: list[Any]) -> None:
+    periodic.seen(telemetry.PLURAL, body(), "DELETED")
+    run_scrape()
+    assert kept() == {"window": False, "ready": False, "positions": False, "series": False}
+    assert scrape == []
+
+
+def test_an_object_deleted_during_its_scrape_keeps_nothing(scrape: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    async def deleted_meanwhile(window: Window, target: dict[str, Any], now: float) -> None:
+        periodic.seen(telemetry.PLURAL, body(), "DELETED")  # the watch's event, handled while the GET waits
+
+    monkeypatch.setattr(telemetry, "_scrape_one", deleted_meanwhile)
+    run_scrape()
+    assert kept() == {"window": False, "ready": False, "positions": False, "series": False}
+    assert scrape == []
+
+
+def test_a_job_launched_before_the_deleted_event_does_not_run(scrape: list[Any]) -> None:
+    """The loop launches a task; the DELETED event is handled before the task starts (poll_inputs would keep
+    when it last polled the object, for ever)."""
+    task = periodic.while_tracked(telemetry.PLURAL, UID, deployment.poll_inputs, body())
+    periodic.seen(telemetry.PLURAL, body(), "DELETED")
+    asyncio.run(task)
+    assert UID not in deployment._polled
+    periodic.seen(telemetry.PLURAL, body(), "ADDED")
+    asyncio.run(periodic.while_tracked(telemetry.PLURAL, UID, deployment.poll_inputs, body()))
+    assert UID in deployment._polled  # a live object's job runs
