@@ -18,10 +18,11 @@ from speculator_operator.localcluster.traces import snapshot
 
 from .conftest import REPO, node_required
 
-# on a fresh clone the demo imports the freshly built images into its node (about 13 GB through `podman
-# save`; six minutes on CI's two cores) before its real train job and vLLM pod: the suite's 600 s is too
-# short. The command gets 1500 s and `hack/demo down` 300 s within the test's own limit, so that a demo
-# that overruns is still taken down (a node left up fails every test after it).
+# on a fresh machine the demo's node is the first: it pushes every layer of the freshly built images to the
+# harness's registry and pulls them into containerd before its real train job and vLLM pod (after a change to
+# the package, the changed layer only): the suite's 600 s is too short for the first. The command gets
+# 1500 s and `hack/demo down` 300 s within the test's own limit, so that a demo that overruns is still taken
+# down (a node left up fails every test after it).
 pytestmark = [pytest.mark.cluster, pytest.mark.before_cluster, pytest.mark.timeout(1860)]
 
 
