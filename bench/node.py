@@ -1,7 +1,8 @@
 """The real node (prints figures; nothing is asserted).
 
-- the local cluster with the real node: start, the images imported (when they changed), node Ready after
-  the kubelet started;
+- the local cluster with the real node: start, the images pushed to the harness's registry (what it
+  lacks: after a change to the package, the changed layers only), node Ready after the kubelet started;
+- the kubelet's pulls (its Pulled events: the time and the image's size as it reports them);
 - a SpeculatorTrainJob on the real node (fetch, prepare-data, `train --dry-run`, audit, publish in real
   trainer pods): apply -> published, and its SpeculatorDeployment (vLLM's CPU build in a real pod):
   -> Ready -> the first completion through its Service;
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -57,6 +59,26 @@ def status(info: Any, kind: str, name: str) -> dict[str, Any]:
     return dict(json.loads(kubectl(info, "get", kind, name, "-o", "json")).get("status") or {})
 
 
+_PULLED = re.compile(r'Successfully pulled image "([^"]+)" in ([0-9hms.µ]+).*?Image size: (\d+) bytes')
+
+
+def go_seconds(duration: str) -> float:
+    """A Go duration as the kubelet prints it (1m2.5s, 850ms, 3.2s) in seconds."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6}
+    return sum(float(n) * units[u] for n, u in re.findall(r"([0-9.]+)(h|ms|µs|m|s)", duration))
+
+
+def pulls(info: Any) -> list[tuple[str, float, int]]:
+    """(image, seconds, bytes) of each image the kubelet pulled, from its Pulled events in every namespace."""
+    events = json.loads(kubectl(info, "get", "events", "-A", "--field-selector", "reason=Pulled", "-o", "json"))
+    found = []
+    for event in events["items"]:
+        match = _PULLED.search(event.get("message") or "")
+        if match:
+            found.append((match[1], go_seconds(match[2]), int(match[3])))
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin-dir", type=Path, required=True)
@@ -81,7 +103,7 @@ def main() -> None:
         try:
             d = local.durations
             print(
-                f"cluster with the real node up in {up:.1f} s (images imported in {d.get('node-images', 0):.1f} s; "
+                f"cluster with the real node up in {up:.1f} s (images pushed in {d.get('node-images-push', 0):.1f} s; "
                 f"node Ready {d.get('node-ready', 0):.1f} s after the kubelet started)"
             )
             assert info.s3 is not None
@@ -155,6 +177,8 @@ def main() -> None:
                 f"its deployment (vLLM CPU, real pod): -> Ready {t_ready - t_apply:.1f} s after the job's apply, "
                 f"{t_ready - t_published:.1f} s after the publish; -> first completion {t_answer - t_ready:.1f} s later"
             )
+            for image, seconds, size in pulls(info):
+                print(f"pulled {image}: {seconds:.1f} s, {size / 2**20:.0f} MiB (the kubelet's Pulled event)")
             pods = json.loads(kubectl(info, "get", "pods", "-l", "speculators.dev/deployment=tiny-cpu", "-o", "json"))
             old = pods["items"][0]["metadata"]["name"]
             t_kill = time.monotonic()

@@ -200,14 +200,14 @@ def test_a_node_killed_without_its_teardown_is_undone_by_the_next_start(bin_dir:
         time.sleep(0.1)
     assert drop_rule_present()  # the crash left its traces
     assert realnode.lock_holder() == ""  # but no running node
-    imported = subprocess.run(
+    pushed = subprocess.run(
         [sys.executable, "-m", "speculator_operator.localcluster", "images", "--if-running"],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert imported.returncode == 0, imported.stderr
-    assert "no real node runs" in imported.stderr
+    assert pushed.returncode == 0, pushed.stderr
+    assert "no real node runs" in pushed.stderr
 
     said: list[str] = []
     nxt = LocalCluster(
