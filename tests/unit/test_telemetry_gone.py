@@ -14,7 +14,8 @@ import pytest
 from speculator_operator.controllers import deployment, periodic, telemetry
 from speculator_operator.reconcile.acceptance import Window
 
-NAMESPACE, NAME, UID = "ns", "pair", "uid-1"
+# names no cluster test uses: an operator run in this process before may have left series of its own
+NAMESPACE, NAME, UID = "unit-telemetry-gone", "pair", "unit-telemetry-gone-uid"
 
 
 def body() -> kopf.Body:
@@ -64,7 +65,9 @@ def kept() -> dict[str, bool]:
         "ready": UID in telemetry._ready_since,
         "positions": (NAMESPACE, NAME) in telemetry._positions,
         "series": any(
-            sample.labels.get("name") == NAME for family in telemetry.RUNNING.collect() for sample in family.samples
+            (sample.labels.get("namespace"), sample.labels.get("name")) == (NAMESPACE, NAME)
+            for family in telemetry.RUNNING.collect()
+            for sample in family.samples
         ),
     }
 
