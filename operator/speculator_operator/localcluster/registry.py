@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import tempfile
 import urllib.error
@@ -73,11 +74,43 @@ health:
     return path
 
 
+def port_path(cache: Path) -> Path:
+    return cache / "images" / "registry-port"
+
+
+def stable_port(sup: Supervisor, cache: Path) -> int:
+    """The port the registry listened on last time, when it is free; else a free one, remembered for the next
+    start. podman's blob-info cache knows which layers a registry holds by its host:port: against the same
+    storage on a new port, a push compresses every layer again to learn its digest (the trainer image: 97 s
+    on a new port, 0 s on the same one; docs/test-time.md)."""
+    path = port_path(cache)
+    try:
+        port = int(path.read_text().strip())
+    except (OSError, ValueError):
+        port = 0
+    if NAME not in sup.ports and 0 < port < 65536 and port_free(port):
+        sup.ports[NAME] = port
+    else:  # none remembered, taken, or this is a retry after the port was lost
+        port = sup.port(NAME)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{port}\n")
+    return port
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
 def start(sup: Supervisor, cache: Path) -> str:
-    """Start the registry; returns its host:port (on loopback)."""
+    """Start the registry on its remembered port (stable_port); returns its host:port (on loopback)."""
 
     def argv() -> list[str]:
-        return [sup.bin(NAME), "serve", str(config(sup.workdir, cache, sup.port(NAME)))]
+        return [sup.bin(NAME), "serve", str(config(sup.workdir, cache, stable_port(sup, cache)))]
 
     def ready() -> bool:
         with urllib.request.urlopen(f"http://{LOOPBACK}:{sup.ports[NAME]}/v2/", timeout=2) as resp:
