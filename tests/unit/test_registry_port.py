@@ -27,6 +27,7 @@ def test_a_taken_port_or_a_retry_gets_a_new_one_and_remembers_it(tmp_path: Path)
     cache = tmp_path / "cache"
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
         held.bind((LOOPBACK, 0))
+        held.listen()  # another process serving there
         taken = held.getsockname()[1]
         registry.port_path(cache).parent.mkdir(parents=True)
         registry.port_path(cache).write_text(f"{taken}\n")

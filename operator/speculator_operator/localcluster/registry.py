@@ -98,7 +98,10 @@ def stable_port(sup: Supervisor, cache: Path) -> int:
 
 
 def port_free(port: int) -> bool:
+    """Whether the registry could listen on `port`: SO_REUSEADDR as Go's listeners set it, so that the last
+    registry's connections in TIME_WAIT do not count as taken."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((LOOPBACK, port))
         except OSError:
