@@ -50,9 +50,11 @@ def scrape(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
 
 
 def run_scrape() -> None:
+    """One scrape job, launched the way the periodic loop launches it."""
+
     async def once() -> None:
         try:
-            await telemetry.scrape_acceptance(body())
+            await periodic.while_tracked(telemetry.PLURAL, UID, telemetry.scrape_acceptance, body())
         finally:
             await telemetry.close_client()  # the real client session, bound to this loop
 

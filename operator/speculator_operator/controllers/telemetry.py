@@ -244,8 +244,6 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     parsed = deployment.parsed_spec(spec)
     if namespace is None or econ is None or not revision or parsed is None:
         return  # nothing served yet: nothing to measure
-    if not periodic.tracking(PLURAL, uid):
-        return  # deleted after this job was launched: on_gone has run, and nothing may be kept for it again
     tuning = parsed.serving.tuning
     generation = int(meta.get("generation") or 0)
     acc: dict[str, Any] | None = None
