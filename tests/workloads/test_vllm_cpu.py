@@ -20,6 +20,8 @@ from speculator_operator.localcluster.cluster import CACHE, free_port, tail
 from speculator_operator.reconcile.acceptance import parse_sample
 from speculator_operator.releases import get_release, has_disable_by_batch_size, has_per_batch_size_schedule
 
+from ..xstate import XTILEDATA, held_at_start, offered, on_x86_64_linux
+
 pytestmark = pytest.mark.workloads
 
 STARTUP_TIMEOUT = 480.0
@@ -83,6 +85,14 @@ def base_args(verifier: Path) -> list[str]:
 @pytest.fixture
 def server_log(tmp_path: Path) -> Path:
     return tmp_path / "vllm.log"
+
+
+def test_the_vllm_environments_processes_hold_the_amx_tile_state(vllm_env: Path) -> None:
+    """hack/workloads-env installs hack/lib/amx-permission.pth, so vLLM's AMX kernels do not trap
+    (docs/vllm-cpu-amx.md); the server image gets the same file, checked by the node tier's serving."""
+    if not on_x86_64_linux() or not offered() & XTILEDATA:
+        pytest.skip("this CPU or kernel offers no AMX tile state: vLLM takes its non-AMX kernels")
+    assert held_at_start(vllm_env / "bin" / "python") & XTILEDATA
 
 
 def test_pinned_vllm_serves_a_speculators_draft_with_the_cut_off(
