@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from speculator_operator.localcluster import containerd, registry
+from speculator_operator.localcluster import containerd, images, registry
 from speculator_operator.reconcile.deployment import served_image
 from speculator_operator.releases import DIGESTS_ENV, ReleaseError, get_release, operator_image, operator_reference
 
@@ -81,3 +81,55 @@ def test_containerd_pulls_the_images_hosts_from_the_registry_and_nothing_else(tm
         assert 'server = "http://127.0.0.1:5999"' in text
         assert '"pull", "resolve"' in text  # never push
     assert containerd.NO_REGISTRY in (certs / "_default" / "hosts.toml").read_text()
+
+
+class _Store:
+    """containerd's image store as `ctr images list/tag/remove` see it: {reference: manifest digest}."""
+
+    def __init__(self, refs: dict[str, str]) -> None:
+        self.refs = dict(refs)
+
+    def ctr(self, workdir: Any, *args: str, timeout: float = 60) -> None:
+        if args[:3] == ("images", "tag", "--force"):
+            self.refs[args[4]] = self.refs[args[3]]
+        elif args[:3] == ("images", "remove", "--sync"):
+            for ref in args[3:]:
+                del self.refs[ref]
+        else:
+            raise AssertionError(f"unexpected ctr {args}")
+
+
+def test_a_replaced_build_stays_under_the_harness_name_until_the_next_one_replaces_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trainer, pause = "ghcr.io/speculator-operator/trainer:a", "localhost/speculator-pause:3.10"
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "built").write_text(f"{trainer} {'11' * 32}\n{pause} {'22' * 32}\n")
+    old, new, paused = "sha256:" + "01" * 32, "sha256:" + "02" * 32, "sha256:" + "03" * 32
+    store = _Store({
+        trainer: old,  # the tag of the build a rebuild replaced
+        f"ghcr.io/speculator-operator/trainer@{old}": old,  # and the same build by its digest
+        "sha256:" + "99" * 32: old,  # the CRI plugin's name for its image id
+        pause: paused,  # unchanged
+    })  # fmt: skip
+    monkeypatch.setattr(containerd, "image_digests", lambda workdir: dict(store.refs))
+    monkeypatch.setattr(containerd, "ctr", store.ctr)
+    previous = images.previous_name(trainer)
+    assert previous == images.previous_name(f"ghcr.io/speculator-operator/trainer@{old}")
+    assert previous.startswith(images.PREVIOUS_HOST + "/")  # a host no pod names: the kubelet never runs it
+
+    said: list[str] = []
+    gone = images.forget_replaced(tmp_path / "w", tmp_path, {trainer: new, pause: paused}, said.append)
+    assert sorted(gone) == sorted([trainer, f"ghcr.io/speculator-operator/trainer@{old}", "sha256:" + "99" * 32])
+    # the old build's manifest is still named, so its layers stay for the pull of the new one
+    assert store.refs == {pause: paused, previous: old}
+    assert said
+
+    # the kubelet pulled the new build; the next rebuild replaces it, and the kept name moves on to it
+    store.refs[trainer] = new
+    newer = "sha256:" + "04" * 32
+    gone = images.forget_replaced(tmp_path / "w", tmp_path, {trainer: newer, pause: paused}, said.append)
+    assert gone == [trainer]
+    assert store.refs == {pause: paused, previous: new}
+    # nothing replaced: nothing removed, nothing renamed
+    assert images.forget_replaced(tmp_path / "w", tmp_path, {trainer: new, pause: paused}, said.append) == []
