@@ -37,6 +37,9 @@ from ..ckptgen import eagle3, write_checkpoint
 REPO = Path(__file__).resolve().parents[2]
 # the operator runs in-process here: let its verifier-revision timer tick fast (read when it is imported)
 os.environ.setdefault("SPECULATOR_POLL_TICK_SECONDS", "2")
+# and its resync (60 s in a deployment): what only a read can see, such as a Job controller's refusal, comes
+# within 15 s instead of a minute
+os.environ.setdefault("SPECULATOR_RESYNC_SECONDS", "15")
 # and its acceptance scrapes: every second, and only addresses on this machine (the real node's pods, and
 # kwok pods a test placed in 127.0.0.0/8 for a stand-in to answer); kwok's fake pod IPs are never dialled
 os.environ.setdefault("SPECULATOR_SCRAPE_INTERVAL_SECONDS", "1")

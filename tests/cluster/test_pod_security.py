@@ -76,7 +76,7 @@ def test_a_pod_the_api_server_refuses_is_said_in_its_words(
     assert ready["status"] == "False"
 
     # a train job's stage Job: the Job controller tells the refusal only in an event on the Job, which the
-    # run's resync (every 60 s while a run is in flight) reads
+    # run's resync (SPECULATOR_RESYNC_SECONDS, 15 s here, while a run is in flight) reads
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=stj("refused", store, creds))
 
     def stage_said() -> dict[str, Any]:

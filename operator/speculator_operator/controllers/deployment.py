@@ -25,6 +25,7 @@ from speculator_operator.checkpoint import (
 from speculator_operator.controllers import kube, metrics, periodic
 from speculator_operator.controllers.kube import (
     FIELD_MANAGER,
+    RESYNC_SECONDS,
     RETRY_SECONDS,
     CredentialsError,
     api_message,
@@ -481,7 +482,7 @@ async def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **_:
     await in_child_lane(_pod_changed, namespace, owner)
 
 
-@periodic.every(PLURAL, interval=60, idle=30)
+@periodic.every(PLURAL, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS / 2)
 async def resync(body: kopf.Body) -> None:
     """A missed child event must not leave the status stale: compare with the child now and then.
     Writes only when something differs."""

@@ -32,6 +32,10 @@ from speculator_operator.reconcile import apply_condition_changes, apply_merge_p
 FIELD_MANAGER = "speculator-operator"
 APPLIED = "speculators.dev/applied-hash"
 RETRY_SECONDS = 30
+# how often each object is compared with its children although no event came (controller-runtime's SyncPeriod):
+# a missed event, or what only a read can see (a Job controller's FailedCreate event), is caught by then; the
+# first comparison waits until the object has been still for half of it
+RESYNC_SECONDS = float(os.environ.get("SPECULATOR_RESYNC_SECONDS", "60"))
 KINDS = {"speculatordeployments": "SpeculatorDeployment", "speculatortrainjobs": "SpeculatorTrainJob"}
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.checkpoint import CheckpointError, read_verifier
 from speculator_operator.controllers import kube, metrics, periodic
 from speculator_operator.controllers.kube import (
+    RESYNC_SECONDS,
     RETRY_SECONDS,
     CredentialsError,
     api_message,
@@ -291,7 +292,7 @@ kopf.on.event("apps", "v1", "deployments", **_children)(_owner_event)  # type: i
 kopf.on.event("", "v1", "pods", **_children)(_pod_event)  # type: ignore[arg-type]
 
 
-@periodic.every(PLURAL, interval=60, idle=30)
+@periodic.every(PLURAL, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS / 2)
 async def resync(body: kopf.Body) -> None:
     """A missed child event must not stall a run; a missing hand-off target may appear later.
     Reads only, unless something changed."""
