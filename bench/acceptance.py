@@ -35,10 +35,10 @@ from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from speculator_operator.localcluster import LocalCluster
-from speculator_operator.localcluster.cluster import CACHE
-from speculator_operator.localcluster.kwok import node as fake_node
-from speculator_operator.releases import get_release
+from speculator_harness import LocalCluster
+from speculator_harness.cluster import CACHE
+from speculator_harness.kwok import node as fake_node
+from speculator_operator.domain.releases import get_release
 
 NS = "bench-acceptance"
 PORTS_PER_NODE = 100

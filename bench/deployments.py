@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.ckptgen import SMALL_QWEN3 as SMALL
 from tests.ckptgen import eagle3, write_checkpoint
 
+from speculator_harness import LocalCluster
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
-from speculator_operator.localcluster import LocalCluster
-from speculator_operator.releases import get_release
+from speculator_operator.domain.releases import get_release
 from speculator_operator.render.serving import Draft, Inputs, render
 
 AGENTS = ("kopf/", "OpenAPI-Generator/")

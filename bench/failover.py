@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.deployments import upload_pair
 
-from speculator_operator.localcluster import LocalCluster
+from speculator_harness import LocalCluster
 
 NS = "bench-failover"
 

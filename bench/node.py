@@ -28,8 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from speculator_operator.localcluster import LocalCluster
-from speculator_operator.localcluster.network import kube_proxy_serves
+from speculator_harness import LocalCluster
+from speculator_harness.network import kube_proxy_serves
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -33,7 +33,7 @@ import itertools
 
 from tests.ckptgen import SMALL_QWEN3 as SMALL
 
-from speculator_operator.localcluster import LocalCluster
+from speculator_harness import LocalCluster
 
 NS = "bench-train"
 ORDER = ["fetch", "prepare", "extract", "train", "audit", "publish"]

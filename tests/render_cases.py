@@ -22,8 +22,8 @@ import yaml
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.checkpoint.manifest import FileEntry, Manifest
-from speculator_operator.releases import get_release
+from speculator_operator.domain.checkpoint.manifest import FileEntry, Manifest
+from speculator_operator.domain.releases import get_release
 from speculator_operator.render import serving, training
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,9 +15,15 @@ import sys
 from typing import Any, NoReturn
 
 from speculator_operator import __version__
-from speculator_operator.checkpoint import AuditReport, CheckpointError, audit, load_verifier_config, read_verifier
-from speculator_operator.economics import break_even_alpha, draft_forwards, pair_cost_ratio
-from speculator_operator.releases import ReleaseError, get_release, release_for
+from speculator_operator.domain.checkpoint import (
+    AuditReport,
+    CheckpointError,
+    audit,
+    load_verifier_config,
+    read_verifier,
+)
+from speculator_operator.domain.economics import break_even_alpha, draft_forwards, pair_cost_ratio
+from speculator_operator.domain.releases import ReleaseError, get_release, release_for
 from speculator_operator.render.serving import RenderError
 
 
@@ -212,7 +218,7 @@ def _crds(args: argparse.Namespace) -> int:
 
 
 def _images(args: argparse.Namespace) -> int:
-    from speculator_operator.releases import operator_reference
+    from speculator_operator.domain.releases import operator_reference
 
     # by tag: what hack/build-images tags and pushes (the pods run them pinned to the pushed digests)
     release = get_release(args.release)
@@ -400,7 +406,7 @@ def _print_text(report: AuditReport) -> None:
 
 
 def _trainer(args: argparse.Namespace) -> int:
-    from speculator_operator import trainer
+    from speculator_operator.pods import trainer
 
     if args.trainer_command == "fetch":
         return trainer.fetch(args.verifier, args.dest, args.revision, args.data, args.convert, args.convert_revision)
@@ -408,7 +414,7 @@ def _trainer(args: argparse.Namespace) -> int:
         held_out = (args.hold_out, args.held_out_file) if args.hold_out else None
         return trainer.run(args.stage, args.tool[1:] if args.tool[:1] == ["--"] else args.tool, held_out)
     if args.trainer_command == "evaluate":
-        from speculator_operator import evaluation
+        from speculator_operator.pods import evaluate as evaluation
 
         return evaluation.main(args)
     if args.trainer_command == "audit":
@@ -446,7 +452,7 @@ def _run(args: argparse.Namespace) -> int:
     import threading
     import uuid
 
-    from speculator_operator import allocator, profiling
+    from speculator_operator.runtime import allocator, profiling
 
     allocator.limit_arenas()  # before any thread starts
     allocator.keep_trimmed()
@@ -455,7 +461,7 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
 
     import speculator_operator.controllers  # noqa: F401  (registers the handlers)
-    from speculator_operator.controllers import kube, leader, metrics, permissions
+    from speculator_operator.runtime import kube, leader, metrics, permissions
 
     settings = kopf.OperatorSettings()
     # named namespaces: no cluster-wide scanning (kopf would list namespaces and watch CRDs, which a
@@ -541,17 +547,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return _run(args)
         if args.command == "stage":
-            from speculator_operator.entrypoints import stage
+            from speculator_operator.pods.entrypoints import stage
 
             return stage(args.source, args.dest, args.revision, args.manifest, args.kind)
         if args.command == "vllm":
-            from speculator_operator.entrypoints import exec_vllm
+            from speculator_operator.pods.entrypoints import exec_vllm
 
             return exec_vllm(args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args)
         if args.command == "trainer":
             return _trainer(args)
         if args.command == "serve":
-            from speculator_operator.entrypoints import serve
+            from speculator_operator.pods.entrypoints import serve
 
             rest = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
             return serve(

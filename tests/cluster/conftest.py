@@ -28,8 +28,8 @@ import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client, config
 
-from speculator_operator.localcluster import ClusterInfo, LocalCluster, S3Info
-from speculator_operator.releases import DIGESTS_ENV, operator_reference
+from speculator_harness import ClusterInfo, LocalCluster, S3Info
+from speculator_operator.domain.releases import DIGESTS_ENV, operator_reference
 
 from ..ckptgen import SMALL_QWEN3 as SMALL
 from ..ckptgen import eagle3, write_checkpoint

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from speculator_operator.localcluster.kwok import node as fake_node
+from speculator_harness.kwok import node as fake_node
 
 from .conftest import Cluster, eventually
 

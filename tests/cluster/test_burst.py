@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from speculator_operator.localcluster.process import free_port
+from speculator_harness.process import free_port
 
 from .conftest import Cluster, eventually, sdep
 

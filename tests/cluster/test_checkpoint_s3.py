@@ -12,8 +12,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoint, read_verifier
-from speculator_operator.checkpoint.sources import S3Source
+from speculator_operator.domain.checkpoint import CheckpointError, audit, load_checkpoint, read_verifier
+from speculator_operator.domain.checkpoint.sources import S3Source
 
 from ..ckptgen import SMALL_QWEN3 as SMALL
 from ..ckptgen import dflash, eagle3, write_checkpoint

@@ -12,9 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from speculator_operator.localcluster.cluster import load_state
-from speculator_operator.localcluster.state import recover_stale_node
-from speculator_operator.localcluster.traces import snapshot
+from speculator_harness.cluster import load_state
+from speculator_harness.state import recover_stale_node
+from speculator_harness.traces import snapshot
 
 from .conftest import REPO, node_required
 

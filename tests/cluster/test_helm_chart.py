@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes import config
 
-from speculator_operator.controllers import permissions
+from speculator_operator.runtime import permissions
 
 from .conftest import REPO, Cluster
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from speculator_operator.localcluster import ComponentError, LocalCluster, stop_recorded
-from speculator_operator.localcluster.cluster import free_port
-from speculator_operator.localcluster.network import GATEWAY
+from speculator_harness import ComponentError, LocalCluster, stop_recorded
+from speculator_harness.cluster import free_port
+from speculator_harness.network import GATEWAY
 
 from .conftest import Cluster
 

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from speculator_operator.controllers.kube import namespace_terminating
+from speculator_operator.runtime.kube import namespace_terminating
 
 from .conftest import Cluster, eventually
 

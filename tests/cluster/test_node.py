@@ -27,10 +27,10 @@ import yaml
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from speculator_operator.localcluster import containerd
-from speculator_operator.localcluster.network import kube_proxy_serves
-from speculator_operator.reconcile.acceptance import parse_sample
-from speculator_operator.releases import get_release
+from speculator_harness import containerd
+from speculator_harness.network import kube_proxy_serves
+from speculator_operator.domain.releases import get_release
+from speculator_operator.telemetry.acceptance import parse_sample
 
 from ..lanes import make_tiny_verifier, run_in, workloads_env_path
 from .conftest import REPO, Cluster, chart_image_values, eventually, get

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from speculator_operator.localcluster import LocalCluster, stop_recorded
-from speculator_operator.localcluster import node as realnode
-from speculator_operator.localcluster.cluster import CACHE
-from speculator_operator.localcluster.network import GATEWAY, drop_rule_present
-from speculator_operator.localcluster.process import alive
-from speculator_operator.localcluster.state import load_state, recover_stale_node
-from speculator_operator.localcluster.traces import snapshot
-from speculator_operator.releases import operator_image
+from speculator_harness import LocalCluster, stop_recorded
+from speculator_harness import node as realnode
+from speculator_harness.cluster import CACHE
+from speculator_harness.network import GATEWAY, drop_rule_present
+from speculator_harness.process import alive
+from speculator_harness.state import load_state, recover_stale_node
+from speculator_harness.traces import snapshot
+from speculator_operator.domain.releases import operator_image
 
 from .conftest import node_required
 
@@ -179,7 +179,7 @@ def test_a_node_killed_without_its_teardown_is_undone_by_the_next_start(bin_dir:
     recover_stale_node()
     before = snapshot()
     killed = tmp_path / "killed"
-    argv = [sys.executable, "-m", "speculator_operator.localcluster", "up", "--dir", str(killed)]
+    argv = [sys.executable, "-m", "speculator_harness", "up", "--dir", str(killed)]
     argv += ["--bin-dir", str(bin_dir), "--real-node", "yes", "--gpu-nodes", "0", "--no-s3"]
     up = subprocess.run(argv, capture_output=True, text=True, timeout=400)
     assert up.returncode == 0, up.stderr
@@ -201,7 +201,7 @@ def test_a_node_killed_without_its_teardown_is_undone_by_the_next_start(bin_dir:
     assert drop_rule_present()  # the crash left its traces
     assert realnode.lock_holder() == ""  # but no running node
     pushed = subprocess.run(
-        [sys.executable, "-m", "speculator_operator.localcluster", "images", "--if-running"],
+        [sys.executable, "-m", "speculator_harness", "images", "--if-running"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from speculator_operator.controllers import permissions
+from speculator_operator.runtime import permissions
 
 from .conftest import Cluster, eventually
 

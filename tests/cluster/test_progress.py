@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from speculator_operator.api.common import GROUP, VERSION
-from speculator_operator.controllers import kube, trainjob
-from speculator_operator.releases import get_release
+from speculator_operator.controllers import trainjob
+from speculator_operator.domain.releases import get_release
 from speculator_operator.render.serving import CONTAINER_SECURITY, POD_SECURITY
+from speculator_operator.runtime import kube
 
 from .conftest import Cluster, eventually, get
 from .test_status_writes import writes

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from speculator_operator.localcluster import images, registry
-from speculator_operator.localcluster.process import Supervisor
+from speculator_harness import images, registry
+from speculator_harness.process import Supervisor
 
 from .conftest import node_required
 

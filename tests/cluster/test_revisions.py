@@ -21,8 +21,8 @@ import boto3
 import pytest
 from kopf.testing import KopfRunner
 
-from speculator_operator import trainer
-from speculator_operator.checkpoint import read_verifier
+from speculator_operator.domain.checkpoint import read_verifier
+from speculator_operator.pods import trainer
 
 from ..ckptgen import eagle3, write_checkpoint
 from .conftest import SMALL, Cluster, eventually, existing_claim, get, sdep, stj

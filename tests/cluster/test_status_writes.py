@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from speculator_operator.api.common import GROUP, VERSION
-from speculator_operator.controllers import kube
+from speculator_operator.runtime import kube
 
 from .conftest import Cluster, eventually, get
 

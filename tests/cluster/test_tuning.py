@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
-from speculator_operator.economics import best_k, speedup
+from speculator_operator.domain.economics import best_k, speedup
 
 from .conftest import Cluster, eventually, get, sdep
 from .standin import StandIn, standin_node  # noqa: F401  (standin_node: a fixture)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from speculator_operator.economics import alpha_from_mean_length, break_even_alpha, expected_tokens, speedup
-from speculator_operator.reconcile import apply_merge_patch, merge_patch
-from speculator_operator.reconcile.acceptance import (
+from speculator_operator.domain.economics import alpha_from_mean_length, break_even_alpha, expected_tokens, speedup
+from speculator_operator.planning import apply_merge_patch, merge_patch
+from speculator_operator.telemetry.acceptance import (
     Economics,
     MetricsError,
     Sample,

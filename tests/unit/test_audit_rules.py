@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from speculator_operator.checkpoint import audit
-from speculator_operator.checkpoint.rules import RULES
-from speculator_operator.releases import Version, get_release
+from speculator_operator.domain.checkpoint import audit
+from speculator_operator.domain.checkpoint.rules import RULES
+from speculator_operator.domain.releases import Version, get_release
 
 from ..ckptgen import DELETE, QWEN3_8B, Tensors, dflash, eagle3, mutate, write_checkpoint
 

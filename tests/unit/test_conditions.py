@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speculator_operator.reconcile import apply_condition_changes, condition_changes
+from speculator_operator.planning import apply_condition_changes, condition_changes
 
 
 def cond(kind: str, status: str, at: str, reason: str = "R") -> dict[str, Any]:

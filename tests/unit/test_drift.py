@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speculator_operator.reconcile.drift import edited_by, fingerprint
+from speculator_operator.planning.drift import edited_by, fingerprint
 
 OURS = "speculator-operator"
 

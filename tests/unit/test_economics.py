@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from speculator_operator.economics import (
+from speculator_operator.domain.economics import (
     best_k,
     break_even_alpha,
     cost_ratio,

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from speculator_operator import evaluation
-from speculator_operator.holdout import EvaluationError, check_count, prompt_of
-from speculator_operator.localcluster.cluster import free_port
+from speculator_harness.cluster import free_port
+from speculator_operator.pods import evaluate as evaluation
+from speculator_operator.pods.holdout import EvaluationError, check_count, prompt_of
 
 from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint
 

@@ -15,8 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from speculator_operator.checkpoint import CheckpointError, Manifest, audit, load_checkpoint, load_verifier_config
-from speculator_operator.entrypoints import stage
+from speculator_operator.domain.checkpoint import (
+    CheckpointError,
+    Manifest,
+    audit,
+    load_checkpoint,
+    load_verifier_config,
+)
+from speculator_operator.pods.entrypoints import stage
 
 from ..ckptgen import QWEN3_8B, SMALL_QWEN3, eagle3, write_checkpoint
 

@@ -8,9 +8,15 @@ from typing import Any
 
 import pytest
 
-from speculator_operator.localcluster import containerd, images, registry
-from speculator_operator.reconcile.deployment import served_image
-from speculator_operator.releases import DIGESTS_ENV, ReleaseError, get_release, operator_image, operator_reference
+from speculator_harness import containerd, images, registry
+from speculator_operator.domain.releases import (
+    DIGESTS_ENV,
+    ReleaseError,
+    get_release,
+    operator_image,
+    operator_reference,
+)
+from speculator_operator.planning.deployment import served_image
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from speculator_operator.reconcile.leader import Action, Record, Seen, decide, expired, observe, released
+from speculator_operator.runtime.election import Action, Record, Seen, decide, expired, observe, released
 
 WALL = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from speculator_operator.localcluster import ComponentError, LocalCluster
-from speculator_operator.localcluster.cluster import tail
+from speculator_harness import ComponentError, LocalCluster
+from speculator_harness.cluster import tail
 
 NAMES = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubectl", "versitygw"]
 
@@ -71,9 +71,9 @@ def test_tail_of_missing_file_is_empty(tmp_path: Path) -> None:
 def test_an_operator_of_the_local_cluster_never_dials_kwoks_fake_pod_range() -> None:
     import ipaddress
 
-    from speculator_operator.localcluster.cluster import scrape_networks
-    from speculator_operator.localcluster.kwok import FAKE_POD_CIDR
-    from speculator_operator.localcluster.network import NODE_CIDR
+    from speculator_harness.cluster import scrape_networks
+    from speculator_harness.kwok import FAKE_POD_CIDR
+    from speculator_harness.network import NODE_CIDR
 
     fake = ipaddress.ip_network(FAKE_POD_CIDR)
     for node in (None, "speculator-node"):

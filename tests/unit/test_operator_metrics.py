@@ -11,9 +11,9 @@ import kopf
 import pytest
 from prometheus_client import REGISTRY
 
-from speculator_operator.checkpoint import audit
-from speculator_operator.controllers import metrics
-from speculator_operator.releases import get_release
+from speculator_operator.domain.checkpoint import audit
+from speculator_operator.domain.releases import get_release
+from speculator_operator.runtime import metrics
 
 from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
 
@@ -87,7 +87,7 @@ def test_a_pool_wait_is_the_time_from_submitting_until_a_thread_starts_the_work(
     from concurrent.futures import ThreadPoolExecutor
     from threading import Event
 
-    from speculator_operator.controllers.kube import waited
+    from speculator_operator.runtime.kube import waited
 
     count = "speculator_lane_wait_seconds_count"
     slow = "speculator_lane_wait_seconds_bucket"

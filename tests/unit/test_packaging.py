@@ -6,7 +6,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from speculator_operator.releases import get_release, operator_image, package_tag
+from speculator_operator.domain.releases import get_release, operator_image, package_tag
 
 REPO = Path(__file__).resolve().parents[2]
 

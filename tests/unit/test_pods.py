@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
-from speculator_operator.reconcile.deployment import refresh_serving, serving_status
-from speculator_operator.reconcile.pods import first_problem, pod_problem, refused_creation, terminated_words
+from speculator_operator.planning.deployment import refresh_serving, serving_status
+from speculator_operator.planning.pods import first_problem, pod_problem, refused_creation, terminated_words
 
 
 def pod(

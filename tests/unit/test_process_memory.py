@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from speculator_operator import allocator
-from speculator_operator.checkpoint.sources import s3_client
+from speculator_operator.domain.checkpoint.sources import s3_client
+from speculator_operator.runtime import allocator
 
 
 def test_the_s3_client_works_from_models_loaded_as_plain_dicts() -> None:

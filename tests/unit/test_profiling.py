@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tracemalloc
 
-from speculator_operator.profiling import _owner, _package, report
+from speculator_operator.runtime.profiling import _owner, _package, report
 
 
 def test_allocations_are_grouped_by_package() -> None:
@@ -13,8 +13,7 @@ def test_allocations_are_grouped_by_package() -> None:
     assert _package(f"{site}/kopf/_core/reactor/processing.py") == "kopf"
     assert _package(f"{site}/six.py") == "six"
     assert (
-        _package("/repo/operator/speculator_operator/controllers/periodic.py")
-        == "speculator_operator/controllers/periodic"
+        _package("/repo/operator/speculator_operator/runtime/scheduler.py") == "speculator_operator/runtime/scheduler"
     )
     assert _package("/usr/lib/python3.11/json/decoder.py") == "stdlib:decoder"
 

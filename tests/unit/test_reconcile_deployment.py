@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
-from speculator_operator.checkpoint import audit
-from speculator_operator.reconcile import Problem
-from speculator_operator.reconcile.deployment import (
+from speculator_operator.domain.checkpoint import audit
+from speculator_operator.domain.releases import get_release
+from speculator_operator.planning import Problem
+from speculator_operator.planning.deployment import (
     Observed,
     adopt_retrain,
     apply_failed,
@@ -26,7 +27,6 @@ from speculator_operator.reconcile.deployment import (
     train_job_output,
     verifier_change,
 )
-from speculator_operator.releases import get_release
 
 from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
 

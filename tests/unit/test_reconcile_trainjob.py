@@ -7,7 +7,8 @@ from typing import Any
 
 from speculator_operator.api.common import SecretRef
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.reconcile.trainjob import (
+from speculator_operator.domain.releases import get_release
+from speculator_operator.planning.trainjob import (
     Observed,
     handoff_patch,
     job_state,
@@ -16,7 +17,6 @@ from speculator_operator.reconcile.trainjob import (
     resync_due,
     wakes_owner,
 )
-from speculator_operator.releases import get_release
 
 SPEC = SpeculatorTrainJobSpec.model_validate({
     "verifier": {"model": "Qwen/Qwen3-8B"}, "algorithm": "eagle3",

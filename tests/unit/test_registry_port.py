@@ -6,8 +6,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from speculator_operator.localcluster import registry
-from speculator_operator.localcluster.process import LOOPBACK, Supervisor
+from speculator_harness import registry
+from speculator_harness.process import LOOPBACK, Supervisor
 
 
 def supervisor(tmp_path: Path) -> Supervisor:

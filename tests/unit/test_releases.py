@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speculator_operator.releases import (
+from speculator_operator.domain.releases import (
     DEFAULT_RELEASE,
     RELEASES,
     ReleaseError,

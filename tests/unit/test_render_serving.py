@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
-from speculator_operator.checkpoint.manifest import Manifest, s3_revision
-from speculator_operator.releases import RELEASES, Release, get_release
+from speculator_operator.domain.checkpoint.manifest import Manifest, s3_revision
+from speculator_operator.domain.releases import RELEASES, Release, get_release
 from speculator_operator.render.serving import Draft, Inputs, RenderError, render
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.releases import get_release
+from speculator_operator.domain.releases import get_release
 from speculator_operator.render.serving import RenderError
 from speculator_operator.render.training import (
     Inputs,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speculator_operator.reconcile.retention import Published, prunable, references, retention_due
+from speculator_operator.planning.retention import Published, prunable, references, retention_due
 
 OUT = "s3://drafts/qwen"
 

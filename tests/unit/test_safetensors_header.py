@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from speculator_operator.checkpoint import CheckpointError, load_checkpoint
-from speculator_operator.checkpoint.safetensors_header import MAX_HEADER_BYTES
+from speculator_operator.domain.checkpoint import CheckpointError, load_checkpoint
+from speculator_operator.domain.checkpoint.safetensors_header import MAX_HEADER_BYTES
 
 from ..ckptgen import eagle3, write_checkpoint
 

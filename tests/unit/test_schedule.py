@@ -3,7 +3,7 @@ kopf's timer semantics for the periodic jobs."""
 
 from __future__ import annotations
 
-from speculator_operator.reconcile.schedule import Every, Generations
+from speculator_operator.runtime.schedule import Every, Generations
 
 
 def test_each_generation_is_reconciled_once_and_every_object_at_start() -> None:

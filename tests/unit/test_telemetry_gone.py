@@ -11,8 +11,9 @@ from typing import Any
 import kopf
 import pytest
 
-from speculator_operator.controllers import deployment, periodic, telemetry
-from speculator_operator.reconcile.acceptance import Window
+from speculator_operator.controllers import deployment, telemetry
+from speculator_operator.runtime import scheduler as periodic
+from speculator_operator.telemetry.acceptance import Window
 
 # names no cluster test uses: an operator run in this process before may have left series of its own
 NAMESPACE, NAME, UID = "unit-telemetry-gone", "pair", "unit-telemetry-gone-uid"

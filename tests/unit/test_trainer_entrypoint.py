@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from speculator_operator import trainer
-from speculator_operator.checkpoint import CheckpointError, audit, load_checkpoint
-from speculator_operator.checkpoint.manifest import LATEST
-from speculator_operator.checkpoint.safetensors_header import header_length, parse_header
-from speculator_operator.trainer import NOT_STITCHED, _stitched_from
+from speculator_operator.domain.checkpoint import CheckpointError, audit, load_checkpoint
+from speculator_operator.domain.checkpoint.manifest import LATEST
+from speculator_operator.domain.checkpoint.safetensors_header import header_length, parse_header
+from speculator_operator.pods import trainer
+from speculator_operator.pods.trainer import NOT_STITCHED, _stitched_from
 
 from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint, write_safetensors
 

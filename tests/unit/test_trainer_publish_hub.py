@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from speculator_operator import trainer
+from speculator_operator.pods import trainer
 
 from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint
 

@@ -11,10 +11,9 @@ import pytest
 
 from speculator_operator.api.common import make_condition
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
-from speculator_operator.controllers.kube import status_patch
-from speculator_operator.economics import best_k, speedup
-from speculator_operator.reconcile.acceptance import CONDITION, Economics, disabled_condition, plan_update
-from speculator_operator.reconcile.tuning import (
+from speculator_operator.domain.economics import best_k, speedup
+from speculator_operator.domain.releases import get_release
+from speculator_operator.planning.tuning import (
     applied,
     blocked,
     bounds,
@@ -24,8 +23,9 @@ from speculator_operator.reconcile.tuning import (
     plan_tuning,
     tuned_schedule,
 )
-from speculator_operator.releases import get_release
 from speculator_operator.render.serving import Draft, Inputs, Tuned, render
+from speculator_operator.runtime.kube import status_patch
+from speculator_operator.telemetry.acceptance import CONDITION, Economics, disabled_condition, plan_update
 
 C = 0.05  # the pair's cost ratio in these tests
 MAX_K = 5  # the checkpoint's speculative_tokens

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from speculator_operator.localcluster import LocalCluster, S3Info
+from speculator_harness import LocalCluster, S3Info
 from speculator_operator.render.training import WORKSPACE
 
 from ..lanes import REPO, make_tiny_verifier, run_in, workloads_env_path

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from speculator_harness.cluster import free_port
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.localcluster.cluster import free_port
-from speculator_operator.releases import get_release
+from speculator_operator.domain.releases import get_release
 from speculator_operator.render.training import WORKSPACE, Inputs, server, stages
 
 from .conftest import REPO, container_argv

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from speculator_harness.cluster import free_port, tail
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
-from speculator_operator.checkpoint import load_checkpoint
-from speculator_operator.entrypoints import LAUNCHER_ENV, PYTHON_ENV
-from speculator_operator.localcluster.cluster import free_port, tail
-from speculator_operator.releases import get_release
+from speculator_operator.domain.checkpoint import load_checkpoint
+from speculator_operator.domain.releases import get_release
+from speculator_operator.pods.entrypoints import LAUNCHER_ENV, PYTHON_ENV
 from speculator_operator.render.serving import DRAFT_DIR, VERIFIER_DIR, Draft, Inputs, render
 
 from .test_vllm_cpu import Server, post

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from speculator_operator.economics import schedule_from_cutoff
-from speculator_operator.localcluster.cluster import CACHE, free_port, tail
-from speculator_operator.reconcile.acceptance import parse_sample
-from speculator_operator.releases import get_release, has_disable_by_batch_size, has_per_batch_size_schedule
+from speculator_harness.cluster import CACHE, free_port, tail
+from speculator_operator.domain.economics import schedule_from_cutoff
+from speculator_operator.domain.releases import get_release, has_disable_by_batch_size, has_per_batch_size_schedule
+from speculator_operator.telemetry.acceptance import parse_sample
 
 from ..xstate import XTILEDATA, held_at_start, offered, on_x86_64_linux
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import kopf
 
-from speculator_operator.controllers import deployment, kube, metrics, telemetry, trainjob  # noqa: F401  (registers the handlers)
+from speculator_operator.controllers import deployment, telemetry, trainjob  # noqa: F401  (registers the handlers)
 from speculator_operator.render.serving import MANAGED_BY
+from speculator_operator.runtime import kube, metrics
 
 # the kinds of the operator's children it watches (group, plural; all at v1)
 CHILD_KINDS = (

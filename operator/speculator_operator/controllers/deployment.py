@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
-from speculator_operator.checkpoint import (
+from speculator_operator.domain.checkpoint import (
     CheckpointError,
     SourceError,
     audit,
@@ -22,24 +22,10 @@ from speculator_operator.checkpoint import (
     open_source,
     read_verifier,
 )
-from speculator_operator.controllers import kube, metrics, periodic
-from speculator_operator.controllers.kube import (
-    FIELD_MANAGER,
-    RESYNC_SECONDS,
-    RETRY_SECONDS,
-    CredentialsError,
-    api_message,
-    apply_children,
-    current_child,
-    in_child_lane,
-    list_pods,
-    namespace_terminating,
-    read_child,
-    secret_data,
-)
-from speculator_operator.economics import pair_cost_ratio
-from speculator_operator.reconcile import Problem, parse_spec
-from speculator_operator.reconcile.deployment import (
+from speculator_operator.domain.economics import pair_cost_ratio
+from speculator_operator.domain.releases import get_release
+from speculator_operator.planning import Problem, parse_spec
+from speculator_operator.planning.deployment import (
     Observed,
     Plan,
     adopt_retrain,
@@ -56,10 +42,25 @@ from speculator_operator.reconcile.deployment import (
     train_job_output,
     verifier_change,
 )
-from speculator_operator.reconcile.drift import edited_by, fingerprint
-from speculator_operator.reconcile.pods import pod_problem
-from speculator_operator.releases import get_release
+from speculator_operator.planning.drift import edited_by, fingerprint
+from speculator_operator.planning.pods import pod_problem
 from speculator_operator.render.serving import MANAGED_BY
+from speculator_operator.runtime import kube, metrics
+from speculator_operator.runtime import scheduler as periodic
+from speculator_operator.runtime.kube import (
+    FIELD_MANAGER,
+    RESYNC_SECONDS,
+    RETRY_SECONDS,
+    CredentialsError,
+    api_message,
+    apply_children,
+    current_child,
+    in_child_lane,
+    list_pods,
+    namespace_terminating,
+    read_child,
+    secret_data,
+)
 
 PLURAL = "speculatordeployments"
 TRAIN_JOBS = "speculatortrainjobs"

@@ -15,12 +15,12 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.checkpoint.manifest import LATEST, PROVENANCE
-from speculator_operator.checkpoint.sources import s3_client
-from speculator_operator.controllers import kube
-from speculator_operator.controllers.kube import CredentialsError, secret_data
-from speculator_operator.reconcile.retention import PUBLISHED, Published, prunable, references, retention_status
+from speculator_operator.domain.checkpoint.manifest import LATEST, PROVENANCE
+from speculator_operator.domain.checkpoint.sources import s3_client
+from speculator_operator.planning.retention import PUBLISHED, Published, prunable, references, retention_status
 from speculator_operator.render.serving import MANAGED_BY
+from speculator_operator.runtime import kube
+from speculator_operator.runtime.kube import CredentialsError, secret_data
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,13 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
 
-from speculator_operator.controllers import deployment, kube, metrics, periodic
-from speculator_operator.reconcile.acceptance import (
+from speculator_operator.controllers import deployment
+from speculator_operator.planning.deployment import REVISION_LABEL
+from speculator_operator.planning.tuning import blocked, plan_tuning
+from speculator_operator.render.serving import MANAGED_BY
+from speculator_operator.runtime import kube, metrics
+from speculator_operator.runtime import scheduler as periodic
+from speculator_operator.telemetry.acceptance import (
     Economics,
     MetricsError,
     Window,
@@ -37,9 +42,6 @@ from speculator_operator.reconcile.acceptance import (
     parse_sample,
     plan_update,
 )
-from speculator_operator.reconcile.deployment import REVISION_LABEL
-from speculator_operator.reconcile.tuning import blocked, plan_tuning
-from speculator_operator.render.serving import MANAGED_BY
 
 PLURAL = "speculatordeployments"
 SCRAPE_INTERVAL = float(os.environ.get("SPECULATOR_SCRAPE_INTERVAL_SECONDS", "15"))

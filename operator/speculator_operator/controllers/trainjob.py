@@ -20,22 +20,11 @@ from kubernetes.client.exceptions import ApiException
 from speculator_operator import progress
 from speculator_operator.api.common import now
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.checkpoint import CheckpointError, read_verifier
-from speculator_operator.controllers import kube, metrics, periodic
-from speculator_operator.controllers.kube import (
-    RESYNC_SECONDS,
-    RETRY_SECONDS,
-    CredentialsError,
-    api_message,
-    apply_children,
-    in_child_lane,
-    namespace_terminating,
-    secret_data,
-)
 from speculator_operator.controllers.retention import prune_outputs
-from speculator_operator.reconcile import Problem, parse_spec
-from speculator_operator.reconcile.pods import pod_problem, refused_creation, terminated_words
-from speculator_operator.reconcile.trainjob import (
+from speculator_operator.domain.checkpoint import CheckpointError, read_verifier
+from speculator_operator.planning import Problem, parse_spec
+from speculator_operator.planning.pods import pod_problem, refused_creation, terminated_words
+from speculator_operator.planning.trainjob import (
     Observed,
     Plan,
     failed,
@@ -49,6 +38,18 @@ from speculator_operator.reconcile.trainjob import (
 )
 from speculator_operator.render.serving import MANAGED_BY, RenderError
 from speculator_operator.render.training import SERVER_ROLES, verifier_facts
+from speculator_operator.runtime import kube, metrics
+from speculator_operator.runtime import scheduler as periodic
+from speculator_operator.runtime.kube import (
+    RESYNC_SECONDS,
+    RETRY_SECONDS,
+    CredentialsError,
+    api_message,
+    apply_children,
+    in_child_lane,
+    namespace_terminating,
+    secret_data,
+)
 
 PLURAL = "speculatortrainjobs"
 DEPLOYMENTS = "speculatordeployments"

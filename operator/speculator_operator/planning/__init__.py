@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from speculator_operator.releases import Release, ReleaseError, get_release
+from speculator_operator.domain.releases import Release, ReleaseError, get_release
 
 M = TypeVar("M", bound=BaseModel)
 

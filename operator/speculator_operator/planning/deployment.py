@@ -29,11 +29,11 @@ from pydantic import ValidationError
 from speculator_operator.api.common import API_VERSION, condition, make_condition, merge_status
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.checkpoint import AuditReport, Checkpoint, Manifest
-from speculator_operator.reconcile import Problem
-from speculator_operator.reconcile.pods import first_problem
-from speculator_operator.reconcile.tuning import applied
-from speculator_operator.releases import Release
+from speculator_operator.domain.checkpoint import AuditReport, Checkpoint, Manifest
+from speculator_operator.domain.releases import Release
+from speculator_operator.planning import Problem
+from speculator_operator.planning.pods import first_problem
+from speculator_operator.planning.tuning import applied
 from speculator_operator.render.serving import Inputs, RenderError, draft_of, num_speculative_tokens, render
 
 MAX_FINDINGS = 20

@@ -33,9 +33,9 @@ from typing import Any
 from speculator_operator import progress
 from speculator_operator.api.common import Condition, SecretRef, make_condition, merge_status, now
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.checkpoint.model import MTP_COUNT_KEY
-from speculator_operator.reconcile.retention import retention_due
-from speculator_operator.releases import Release
+from speculator_operator.domain.checkpoint.model import MTP_COUNT_KEY
+from speculator_operator.domain.releases import Release
+from speculator_operator.planning.retention import retention_due
 from speculator_operator.render.serving import RenderError
 from speculator_operator.render.training import (
     SERVER_ROLES,

@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
-from speculator_operator.economics import cutoff_schedule, draft_forwards, speedup
-from speculator_operator.reconcile.acceptance import Economics
+from speculator_operator.domain.economics import cutoff_schedule, draft_forwards, speedup
 from speculator_operator.render.serving import Tuned
+from speculator_operator.telemetry.acceptance import Economics
 
 
 def iso(t: float) -> str:

@@ -20,10 +20,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from speculator_operator.checkpoint import CheckpointError, audit, checkpoint_dir, load_checkpoint, read_verifier
-from speculator_operator.checkpoint.manifest import FileEntry, Kind, Manifest, s3_revision
-from speculator_operator.checkpoint.sources import HfSource, S3Source, SourceError, s3_client
-from speculator_operator.releases import get_release
+from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_checkpoint, read_verifier
+from speculator_operator.domain.checkpoint.manifest import FileEntry, Kind, Manifest, s3_revision
+from speculator_operator.domain.checkpoint.sources import HfSource, S3Source, SourceError, s3_client
+from speculator_operator.domain.releases import get_release
 from speculator_operator.render.serving import RenderError, draft_config, draft_of
 
 # How vLLM is started: "cli" (`vllm serve MODEL ...`, the server image) or "api-server"

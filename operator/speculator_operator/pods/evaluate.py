@@ -21,10 +21,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from speculator_operator.checkpoint import CheckpointError, checkpoint_dir, load_checkpoint, load_verifier_config
-from speculator_operator.economics import pair_cost_ratio
-from speculator_operator.holdout import EvaluationError
-from speculator_operator.reconcile.acceptance import (
+from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_dir, load_checkpoint, load_verifier_config
+from speculator_operator.domain.economics import pair_cost_ratio
+from speculator_operator.pods.holdout import EvaluationError
+from speculator_operator.pods.trainer import report
+from speculator_operator.render.serving import RenderError, draft_of
+from speculator_operator.render.training.evaluate import (
+    EXIT_BELOW_THRESHOLD,
+    EXIT_SERVER_NOT_READY,
+    EXIT_ZERO_DRAFTS,
+)
+from speculator_operator.telemetry.acceptance import (
     Economics,
     MetricsError,
     Sample,
@@ -33,13 +40,6 @@ from speculator_operator.reconcile.acceptance import (
     increment,
     parse_sample,
 )
-from speculator_operator.render.serving import RenderError, draft_of
-from speculator_operator.render.training.evaluate import (
-    EXIT_BELOW_THRESHOLD,
-    EXIT_SERVER_NOT_READY,
-    EXIT_ZERO_DRAFTS,
-)
-from speculator_operator.trainer import report
 
 BELOW = "AcceptanceBelowThreshold"
 ZERO = "ZeroDrafts"

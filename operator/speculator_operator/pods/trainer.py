@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from speculator_operator import __version__, progress
-from speculator_operator.checkpoint import CheckpointError, audit, checkpoint_dir, load_verifier_config
-from speculator_operator.checkpoint.manifest import LATEST
-from speculator_operator.checkpoint.manifest import PROVENANCE as MARKER
-from speculator_operator.checkpoint.safetensors_header import header_length, parse_header
-from speculator_operator.entrypoints import stage as stage_copy
-from speculator_operator.releases import get_release
+from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_verifier_config
+from speculator_operator.domain.checkpoint.manifest import LATEST
+from speculator_operator.domain.checkpoint.manifest import PROVENANCE as MARKER
+from speculator_operator.domain.checkpoint.safetensors_header import header_length, parse_header
+from speculator_operator.domain.releases import get_release
+from speculator_operator.pods.entrypoints import stage as stage_copy
 
 REPORT_ENV = "SPECULATOR_REPORT_PATH"
 REPORT_LIMIT = 4096  # the kubelet keeps at most 4 KiB of a termination message
@@ -138,7 +138,7 @@ def run(stage: str, command: list[str], held_out: tuple[int, str] | None = None)
             print(f"trainer: stage convert: {note}", file=sys.stderr)
     extra: dict[str, Any] = {}
     if held_out is not None:
-        from speculator_operator.holdout import EvaluationError, hold_out
+        from speculator_operator.pods.holdout import EvaluationError, hold_out
 
         try:
             kept, held = hold_out(Path(_flag(command, "--output") or "./output"), held_out[0], Path(held_out[1]))

@@ -18,10 +18,10 @@ from typing import Any
 
 from speculator_operator.api.common import API_VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
-from speculator_operator.checkpoint.manifest import Kind, Manifest
-from speculator_operator.checkpoint.model import Checkpoint
-from speculator_operator.economics import schedule_from_cutoff
-from speculator_operator.releases import Release, Version, has_per_batch_size_schedule, pinned, supports
+from speculator_operator.domain.checkpoint.manifest import Kind, Manifest
+from speculator_operator.domain.checkpoint.model import Checkpoint
+from speculator_operator.domain.economics import schedule_from_cutoff
+from speculator_operator.domain.releases import Release, Version, has_per_batch_size_schedule, pinned, supports
 
 PORT = 8000
 DRAFT_DIR = "/models/draft"

@@ -26,8 +26,8 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.resource import Resource
 
 from speculator_operator.api.common import GROUP, VERSION
-from speculator_operator.controllers import metrics
-from speculator_operator.reconcile import apply_condition_changes, apply_merge_patch, condition_changes, merge_patch
+from speculator_operator.planning import apply_condition_changes, apply_merge_patch, condition_changes, merge_patch
+from speculator_operator.runtime import metrics
 
 FIELD_MANAGER = "speculator-operator"
 APPLIED = "speculators.dev/applied-hash"

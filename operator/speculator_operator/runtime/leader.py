@@ -18,8 +18,8 @@ from urllib.parse import urlparse
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from speculator_operator.reconcile import leader
-from speculator_operator.reconcile.leader import Action, Record, Seen
+from speculator_operator.runtime import election as leader
+from speculator_operator.runtime.election import Action, Record, Seen
 
 log = logging.getLogger("speculator_operator.leader")
 

@@ -19,8 +19,8 @@ import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
-from speculator_operator.allocator import heap_in_use
-from speculator_operator.checkpoint import AuditReport
+from speculator_operator.domain.checkpoint import AuditReport
+from speculator_operator.runtime.allocator import heap_in_use
 
 RECONCILES = Counter("speculator_reconciles", "Reconciles by kind and outcome (ok, retry, error)", ("kind", "outcome"))
 RECONCILE_SECONDS = Histogram(

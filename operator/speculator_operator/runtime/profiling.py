@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 from types import FrameType
 
-from speculator_operator.allocator import mallinfo
+from speculator_operator.runtime.allocator import mallinfo
 
 
 def _package(filename: str) -> str:

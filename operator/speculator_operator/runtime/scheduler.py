@@ -31,9 +31,9 @@ from typing import Any
 import kopf
 
 from speculator_operator.api.common import GROUP, VERSION
-from speculator_operator.controllers import metrics
-from speculator_operator.controllers.kube import PERIODIC_WORKERS, RETRY_SECONDS, unreachable, waited
-from speculator_operator.reconcile.schedule import Every, Generations
+from speculator_operator.runtime import metrics
+from speculator_operator.runtime.kube import PERIODIC_WORKERS, RETRY_SECONDS, unreachable, waited
+from speculator_operator.runtime.schedule import Every, Generations
 
 TICK_SECONDS = 1.0
 PERIODIC_LANE = ThreadPoolExecutor(max_workers=PERIODIC_WORKERS, thread_name_prefix="periodic")

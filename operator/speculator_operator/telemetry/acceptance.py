@@ -21,7 +21,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from speculator_operator.api.common import Condition, condition, make_condition, set_condition
-from speculator_operator.economics import (
+from speculator_operator.domain.economics import (
     alpha_from_mean_length,
     best_k,
     break_even_alpha,

@@ -1,8 +1,8 @@
 """Checkpoints read header-only from a folder, s3:// or hf://, and the audit that gates serving them."""
 
-from speculator_operator.checkpoint.audit import AuditReport, audit
-from speculator_operator.checkpoint.manifest import Manifest
-from speculator_operator.checkpoint.model import (
+from speculator_operator.domain.checkpoint.audit import AuditReport, audit
+from speculator_operator.domain.checkpoint.manifest import Manifest
+from speculator_operator.domain.checkpoint.model import (
     Checkpoint,
     CheckpointError,
     VerifierRef,
@@ -12,8 +12,8 @@ from speculator_operator.checkpoint.model import (
     load_verifier_config,
     read_verifier,
 )
-from speculator_operator.checkpoint.rules import RULES, Finding, Severity
-from speculator_operator.checkpoint.sources import SourceError, open_source
+from speculator_operator.domain.checkpoint.rules import RULES, Finding, Severity
+from speculator_operator.domain.checkpoint.sources import SourceError, open_source
 
 __all__ = [
     "RULES",

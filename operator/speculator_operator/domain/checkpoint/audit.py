@@ -6,11 +6,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from speculator_operator.checkpoint import stitched
-from speculator_operator.checkpoint.model import Checkpoint, load_checkpoint
-from speculator_operator.checkpoint.rules import AuditContext, Finding, Severity, run_rules
-from speculator_operator.checkpoint.sources import Source
-from speculator_operator.releases import Release, Version
+from speculator_operator.domain.checkpoint import stitched
+from speculator_operator.domain.checkpoint.model import Checkpoint, load_checkpoint
+from speculator_operator.domain.checkpoint.rules import AuditContext, Finding, Severity, run_rules
+from speculator_operator.domain.checkpoint.sources import Source
+from speculator_operator.domain.releases import Release, Version
 
 
 @dataclass

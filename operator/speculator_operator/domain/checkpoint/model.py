@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speculator_operator.checkpoint.manifest import INDEX as INDEX_FILE
-from speculator_operator.checkpoint.manifest import PROVENANCE, Kind, Manifest
-from speculator_operator.checkpoint.manifest import SINGLE as SINGLE_FILE
-from speculator_operator.checkpoint.safetensors_header import HeaderError, TensorInfo, parse_header
-from speculator_operator.checkpoint.sources import Source, SourceError, open_source, read_header
-from speculator_operator.releases import DFLASH_FAMILY, EAGLE_FAMILY
+from speculator_operator.domain.checkpoint.manifest import INDEX as INDEX_FILE
+from speculator_operator.domain.checkpoint.manifest import PROVENANCE, Kind, Manifest
+from speculator_operator.domain.checkpoint.manifest import SINGLE as SINGLE_FILE
+from speculator_operator.domain.checkpoint.safetensors_header import HeaderError, TensorInfo, parse_header
+from speculator_operator.domain.checkpoint.sources import Source, SourceError, open_source, read_header
+from speculator_operator.domain.releases import DFLASH_FAMILY, EAGLE_FAMILY
 
 LAYER_RE = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
 # the config key vLLM 0.32.0 reads a stitched MTP model's layer count (n_predict) from, by model_type

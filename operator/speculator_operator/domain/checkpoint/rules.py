@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeGuard
 
-from speculator_operator.checkpoint.manifest import PROVENANCE, select
-from speculator_operator.checkpoint.model import Checkpoint
-from speculator_operator.checkpoint.safetensors_header import TensorInfo
-from speculator_operator.releases import (
+from speculator_operator.domain.checkpoint.manifest import PROVENANCE, select
+from speculator_operator.domain.checkpoint.model import Checkpoint
+from speculator_operator.domain.checkpoint.safetensors_header import TensorInfo
+from speculator_operator.domain.releases import (
     ALGORITHMS,
     DFLASH_FAMILY,
     MIN_VLLM_FOR_ALGORITHM,

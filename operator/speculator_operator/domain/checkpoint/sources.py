@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from speculator_operator.checkpoint.manifest import (
+from speculator_operator.domain.checkpoint.manifest import (
     CONFIG,
     LATEST,
     FileEntry,
@@ -30,7 +30,7 @@ from speculator_operator.checkpoint.manifest import (
     s3_revision,
     select,
 )
-from speculator_operator.checkpoint.safetensors_header import HeaderError, header_length
+from speculator_operator.domain.checkpoint.safetensors_header import HeaderError, header_length
 
 # config.json and the shard index are small; anything bigger is not what we think it is
 MAX_SMALL_FILE = 16 * 1024 * 1024

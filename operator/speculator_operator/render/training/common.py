@@ -8,7 +8,7 @@ from typing import Any
 
 from speculator_operator.api.common import API_VERSION
 from speculator_operator.api.trainjob import PodOptions, SpeculatorTrainJobSpec
-from speculator_operator.releases import Release, pinned
+from speculator_operator.domain.releases import Release, pinned
 from speculator_operator.render.serving import (
     CONTAINER_SECURITY,
     GPU,

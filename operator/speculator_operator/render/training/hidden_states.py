@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from speculator_operator.releases import supports
+from speculator_operator.domain.releases import supports
 from speculator_operator.render.serving import (
     PORT,
     RenderError,

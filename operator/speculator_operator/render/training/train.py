@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speculator_operator.releases import DFLASH_FAMILY, Release
+from speculator_operator.domain.releases import DFLASH_FAMILY, Release
 from speculator_operator.render.serving import (
     RenderError,
 )

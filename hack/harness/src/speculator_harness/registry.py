@@ -21,8 +21,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from speculator_operator.localcluster import images
-from speculator_operator.localcluster.process import LOOPBACK, Supervisor
+from speculator_harness import images
+from speculator_harness.process import LOOPBACK, Supervisor
 
 NAME = "registry"
 MANIFEST_TYPES = ", ".join(

@@ -6,9 +6,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from speculator_operator.localcluster.kubelet import NODE_NAME
-from speculator_operator.localcluster.network import GATEWAY, NODE_CIDR
-from speculator_operator.localcluster.process import LOOPBACK, Process, Supervisor, http_get
+from speculator_harness.kubelet import NODE_NAME
+from speculator_harness.network import GATEWAY, NODE_CIDR
+from speculator_harness.process import LOOPBACK, Process, Supervisor, http_get
 
 METRICS_PORT = 10249
 HEALTHZ_PORT = 10256

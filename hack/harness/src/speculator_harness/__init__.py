@@ -5,7 +5,7 @@ kube-proxy, cluster DNS) running the images hack/build-images built. One module 
 Used by the test suite (one cluster per session) and by `hack/dev-cluster up|down`.
 """
 
-from speculator_operator.localcluster.cluster import (
+from speculator_harness.cluster import (
     ClusterInfo,
     ComponentError,
     LocalCluster,

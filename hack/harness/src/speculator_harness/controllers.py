@@ -6,7 +6,7 @@ import ssl
 from collections.abc import Callable
 from pathlib import Path
 
-from speculator_operator.localcluster.process import LOOPBACK, Supervisor, http_get
+from speculator_harness.process import LOOPBACK, Supervisor, http_get
 
 
 def start(sup: Supervisor, kubeconfig: Path, pki: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from speculator_operator.localcluster import containerd
+from speculator_harness import containerd
 
 RUNC = "/usr/sbin/runc"
 

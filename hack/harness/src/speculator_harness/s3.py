@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from speculator_operator.localcluster.process import Supervisor
+from speculator_harness.process import Supervisor
 
 ROOT_ACCESS_KEY = "speculator-local"
 ROOT_SECRET_KEY = "speculator-local-secret"  # noqa: S105 - a local test server's fixed credentials

@@ -8,7 +8,7 @@ import shutil
 import urllib.request
 from typing import Any
 
-from speculator_operator.localcluster.process import LOOPBACK, Supervisor, http_get
+from speculator_harness.process import LOOPBACK, Supervisor, http_get
 
 
 def start(sup: Supervisor) -> str:

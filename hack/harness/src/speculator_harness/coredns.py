@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from speculator_operator.localcluster.network import GATEWAY
-from speculator_operator.localcluster.process import LOOPBACK, Process, Supervisor, http_get
+from speculator_harness.network import GATEWAY
+from speculator_harness.process import LOOPBACK, Process, Supervisor, http_get
 
 
 def corefile(kubeconfig: Path, ready_port: int, health_port: int) -> str:

@@ -17,8 +17,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from speculator_operator.localcluster.network import cni_config
-from speculator_operator.localcluster.process import Process, Supervisor
+from speculator_harness.network import cni_config
+from speculator_harness.process import Process, Supervisor
 
 CONTAINERD = "/usr/bin/containerd"
 CTR = "/usr/bin/ctr"

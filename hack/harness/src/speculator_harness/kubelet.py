@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from speculator_operator.localcluster.network import GATEWAY
-from speculator_operator.localcluster.process import LOOPBACK, Process, Supervisor, http_get
+from speculator_harness.network import GATEWAY
+from speculator_harness.process import LOOPBACK, Process, Supervisor, http_get
 
 NODE_NAME = "speculator-node"
 NODE_LABEL = "speculators.dev/real-node"

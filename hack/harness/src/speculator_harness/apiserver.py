@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from speculator_operator.localcluster.process import Supervisor, http_get
+from speculator_harness.process import Supervisor, http_get
 
 SERVICE_CIDR = "10.96.0.0/16"  # room for thousands of Services
 KUBERNETES_SERVICE_IP = "10.96.0.1"

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from speculator_operator.localcluster.network import read_sysctls
+from speculator_harness.network import read_sysctls
 
 # folders the node's components create at fixed paths whatever they are told
 FIXED_DIRS = (

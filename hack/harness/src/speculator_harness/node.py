@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speculator_operator.localcluster import containerd, coredns, images, kubelet, kubeproxy, network, registry, traces
-from speculator_operator.localcluster.apiserver import Api, write_kubeconfig
-from speculator_operator.localcluster.process import ComponentError, Supervisor, tail
+from speculator_harness import containerd, coredns, images, kubelet, kubeproxy, network, registry, traces
+from speculator_harness.apiserver import Api, write_kubeconfig
+from speculator_harness.process import ComponentError, Supervisor, tail
 
 LOCK = Path("/run/speculator-operator/node.lock")
 BINARIES = ("kubelet", "kube-proxy", "coredns", "registry")

@@ -1,4 +1,4 @@
-"""`python -m speculator_operator.localcluster up|down|status|images` (what `hack/dev-cluster` runs).
+"""`python -m speculator_harness up|down|status|images` (what `hack/dev-cluster` runs).
 
 `up` prints shell `export` lines on stdout (so `eval "$(hack/dev-cluster up)"` works) and its
 progress on stderr; the processes keep running until `down`. `images` pushes what hack/build-images
@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from speculator_operator.localcluster import images, node, registry
-from speculator_operator.localcluster.cluster import (
+from speculator_harness import images, node, registry
+from speculator_harness.cluster import (
     CACHE,
     ComponentError,
     LocalCluster,
@@ -25,7 +25,7 @@ from speculator_operator.localcluster.cluster import (
     scrape_networks,
     stop_recorded,
 )
-from speculator_operator.releases import DIGESTS_ENV
+from speculator_operator.domain.releases import DIGESTS_ENV
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,10 +8,10 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from speculator_operator.localcluster import node as real_node
-from speculator_operator.localcluster import traces
-from speculator_operator.localcluster.apiserver import Api
-from speculator_operator.localcluster.process import alive, is_ours, stop_pid
+from speculator_harness import node as real_node
+from speculator_harness import traces
+from speculator_harness.apiserver import Api
+from speculator_harness.process import alive, is_ours, stop_pid
 
 STATE_FILE = "state.json"
 

@@ -22,22 +22,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speculator_operator.localcluster import apiserver, controllers, etcd, kwok, network, s3, state
-from speculator_operator.localcluster import node as realnode
-from speculator_operator.localcluster.apiserver import SERVICE_CIDR, Api, write_kubeconfig
-from speculator_operator.localcluster.kubelet import NODE_NAME
-from speculator_operator.localcluster.kwok import DEFAULT_GPU_PRODUCT, FAKE_NODE_ANNOTATION, GPU_RESOURCE, GPU_TAINT
-from speculator_operator.localcluster.pki import write_pki
-from speculator_operator.localcluster.process import (
+from speculator_harness import apiserver, controllers, etcd, kwok, network, s3, state
+from speculator_harness import node as realnode
+from speculator_harness.apiserver import SERVICE_CIDR, Api, write_kubeconfig
+from speculator_harness.kubelet import NODE_NAME
+from speculator_harness.kwok import DEFAULT_GPU_PRODUCT, FAKE_NODE_ANNOTATION, GPU_RESOURCE, GPU_TAINT
+from speculator_harness.pki import write_pki
+from speculator_harness.process import (
     LOOPBACK,
     ComponentError,
     Supervisor,
     free_port,
     tail,
 )
-from speculator_operator.localcluster.s3 import S3Info
-from speculator_operator.localcluster.state import STATE_FILE, load_state, running_components, stop_recorded
-from speculator_operator.releases import DIGESTS_ENV
+from speculator_harness.s3 import S3Info
+from speculator_harness.state import STATE_FILE, load_state, running_components, stop_recorded
+from speculator_operator.domain.releases import DIGESTS_ENV
 
 CACHE = Path(os.environ.get("SPECULATOR_OPERATOR_CACHE") or Path.home() / ".cache" / "speculator-operator")
 

@@ -8,8 +8,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from speculator_operator.localcluster.apiserver import Api
-from speculator_operator.localcluster.process import LOOPBACK, ComponentError, Supervisor, http_get
+from speculator_harness.apiserver import Api
+from speculator_harness.process import LOOPBACK, ComponentError, Supervisor, http_get
 
 # Fake GPU nodes: what the NVIDIA device plugin and GPU feature discovery would publish.
 GPU_RESOURCE = "nvidia.com/gpu"
