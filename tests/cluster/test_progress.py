@@ -2,7 +2,7 @@
 stage pod of a SpeculatorTrainJob, reads its log tail through the API server (pods/log, which the kubelet
 serves), takes the last trustworthy `speculators-progress` line among garbage, writes status.progress only
 when it moved (cause `progress`), and tells each epoch's end. The pod prints what the trainer entrypoint
-prints (speculator_operator.progress.Tracker.render); that the entrypoint prints it from speculators' real
+prints (speculator_operator.pods.progress.Tracker.render); that the entrypoint prints it from speculators' real
 log lines is tests/workloads/test_progress_format.py and tests/unit/test_progress.py."""
 
 from __future__ import annotations

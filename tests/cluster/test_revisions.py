@@ -21,6 +21,7 @@ import boto3
 import pytest
 from kopf.testing import KopfRunner
 
+from speculator_operator.api import podcontract
 from speculator_operator.domain.checkpoint import read_verifier
 from speculator_operator.pods import trainer
 
@@ -60,11 +61,11 @@ def publish(tmp: Path, folder: Path, output: str, verifier: str, revision: str) 
     run.mkdir()
     (run / "0").symlink_to(folder)  # the layout `speculators train` leaves: epoch folders
     report = tmp / f"report-{run.name}"
-    os.environ[trainer.REPORT_ENV] = str(report)
+    os.environ[podcontract.REPORT_PATH_ENV] = str(report)
     try:
         assert trainer.publish(str(run), output, verifier, revision, "test/job", "2026.11-vllm0.32") == 0
     finally:
-        del os.environ[trainer.REPORT_ENV]
+        del os.environ[podcontract.REPORT_PATH_ENV]
     return json.loads(report.read_text())  # type: ignore[no-any-return]
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from speculator_operator import progress
+from speculator_operator.api.podcontract import PROGRESS_PREFIX, parse_progress
+from speculator_operator.planning import progress
+from speculator_operator.pods.progress import Tracker
 
 # what speculators 0.9.0 prints (train/trainer.py's metric_logger mappings, flattened and formatted by
 # train/logger.py's FormatDictFilter; RichHandler's time, level and source columns around them)
@@ -16,7 +18,7 @@ VAL = "[10:05:00] INFO     val/loss_epoch=2.104, val/full_acc_0_epoch=0.210, epo
 
 
 def test_the_tracker_follows_steps_epochs_loss_and_validation() -> None:
-    t = progress.Tracker("train")
+    t = Tracker("train")
     t.line("[10:00:00] INFO     Training epoch 1/3 started          trainer.py:737")
     for step in (0, 10, 20):
         t.line(STEP.format(step=step))
@@ -31,15 +33,15 @@ def test_the_tracker_follows_steps_epochs_loss_and_validation() -> None:
     assert "profile/tokens_per_s" not in snap["metrics"]  # train/* and val/* only
     assert snap["etaSeconds"] >= 0  # 21 steps an epoch, 3 epochs: the rest at the rate seen
     line = t.render()
-    assert line.startswith(progress.PREFIX)
-    assert progress.parse(f"other output\n{line}\nmore output", "train") == {
+    assert line.startswith(PROGRESS_PREFIX)
+    assert parse_progress(f"other output\n{line}\nmore output", "train") == {
         k: v for k, v in snap.items() if k != "stage"
     }
 
 
 def test_regenerate_counts_its_outfile_and_estimates_the_rest(tmp_path: Path) -> None:
     out = tmp_path / "data.jsonl"
-    t = progress.Tracker("regenerate", total=10, output=out)
+    t = Tracker("regenerate", total=10, output=out)
     t.poll()
     assert "samples" not in t.snapshot()
     out.write_text('{"a": 1}\n{"a": 2}\n{"a": 3}\n')
@@ -50,7 +52,7 @@ def test_regenerate_counts_its_outfile_and_estimates_the_rest(tmp_path: Path) ->
 
 
 def test_prepare_reads_its_progress_bar() -> None:
-    t = progress.Tracker("prepare")
+    t = Tracker("prepare")
     t.line("Tokenizing: 45%|████▌     | 450/1000 [00:03<00:04, 130.2 examples/s]")
     assert (t.snapshot()["samples"], t.snapshot()["samplesTarget"]) == (450, 1000)
 
@@ -66,13 +68,13 @@ GARBAGE = [
 
 
 def test_a_pod_that_reports_garbage_gives_nothing_or_only_what_checks_out() -> None:
-    assert progress.parse("\n".join(GARBAGE[:3]), "train") is None
-    assert progress.parse(GARBAGE[3], "train") == {}
-    assert progress.parse(GARBAGE[4], "train") == {}
-    assert progress.parse(GARBAGE[5], "train") is None
+    assert parse_progress("\n".join(GARBAGE[:3]), "train") is None
+    assert parse_progress(GARBAGE[3], "train") == {}
+    assert parse_progress(GARBAGE[4], "train") == {}
+    assert parse_progress(GARBAGE[5], "train") is None
     good = 'speculators-progress {"stage": "train", "step": 7, "loss": 1.5, "metrics": {"train/loss": 1.5}}'
-    assert progress.parse("\n".join([good, *GARBAGE]), "train") == {}  # the last line of the stage wins
-    assert progress.parse("\n".join([*GARBAGE, good]), "train") == {"step": 7, "loss": 1.5,
+    assert parse_progress("\n".join([good, *GARBAGE]), "train") == {}  # the last line of the stage wins
+    assert parse_progress("\n".join([*GARBAGE, good]), "train") == {"step": 7, "loss": 1.5,
                                                                     "metrics": {"train/loss": 1.5}}  # fmt: skip
 
 

@@ -6,13 +6,13 @@ import json
 from typing import Any
 
 from speculator_operator.api.common import SecretRef
+from speculator_operator.api.podcontract import StageReport
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning.trainjob import (
     Observed,
     handoff_patch,
     job_state,
-    parse_report,
     plan,
     resync_due,
     wakes_owner,
@@ -36,6 +36,7 @@ def job(state: str, failed: int = 0) -> dict[str, Any]:
 
 
 def observed(**kw: Any) -> Observed:
+    kw["reports"] = {stage: StageReport.model_validate(r) for stage, r in kw.get("reports", {}).items()}
     return Observed(generation=1, status=kw.pop("status", {}), verifier_layers=36, verifier_revision="sha1",
                     verifier_model_type="qwen3", **kw)  # fmt: skip
 
@@ -154,10 +155,12 @@ def test_job_states_and_reports() -> None:
     assert job_state(None)[0] == "Pending"
     assert job_state(job("running"))[0] == "Running"
     assert job_state(job("failed"))[1]["reason"] == "BackoffLimitExceeded"
-    assert parse_report(json.dumps({"speculatorsReport": 1, "samples": 3})) == {"speculatorsReport": 1, "samples": 3}
-    assert parse_report("Traceback (most recent call last): ...") is None
-    assert parse_report(json.dumps({"samples": 3})) is None
-    assert parse_report("[1, 2]") is None
+    found = StageReport.decode(json.dumps({"speculatorsReport": 1, "samples": 3}))
+    assert found is not None
+    assert found.model_dump(by_alias=True, exclude_none=True) == {"speculatorsReport": 1, "samples": 3}
+    assert StageReport.decode("Traceback (most recent call last): ...") is None
+    assert StageReport.decode(json.dumps({"samples": 3})) is None
+    assert StageReport.decode("[1, 2]") is None
 
 
 def test_a_failed_run_warns_once_and_goes_on_when_its_failed_job_is_deleted() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.api import podcontract
 from speculator_operator.domain.checkpoint import CheckpointError, audit, load_checkpoint
 from speculator_operator.domain.checkpoint.manifest import LATEST
 from speculator_operator.domain.checkpoint.safetensors_header import header_length, parse_header
@@ -22,7 +23,7 @@ from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint, write_safetensors
 @pytest.fixture
 def report_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "termination-log"
-    monkeypatch.setenv(trainer.REPORT_ENV, str(path))
+    monkeypatch.setenv(podcontract.REPORT_PATH_ENV, str(path))
     return path
 
 
@@ -60,7 +61,7 @@ def test_reports_fit_the_termination_message(report_file: Path) -> None:
     findings = [{"rule": "r", "severity": "warning", "message": "m" * 300} for _ in range(40)]
     trainer.report("audit", audit={"ok": True, "findings": findings})
     text = report_file.read_text()
-    assert len(text.encode()) <= trainer.REPORT_LIMIT
+    assert len(text.encode()) <= podcontract.REPORT_LIMIT
     assert 0 < len(json.loads(text)["audit"]["findings"]) < 40
 
 
@@ -220,7 +221,7 @@ def test_run_relays_the_tools_output_and_ends_with_its_progress_line(
     assert "global_step=3" in out  # relayed to the pod's log as the tool printed it
     assert "a warning" in err
     last = [line for line in err.splitlines() if line.startswith("speculators-progress ")][-1]
-    assert trainer.progress.parse(last, "train") == {
+    assert podcontract.parse_progress(last, "train") == {
         "step": 3, "epoch": 1, "epochs": 2, "loss": 1.5, "metrics": {"train/loss": 1.5, "train/full_acc_0": 0.25}
     }  # fmt: skip
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.api import podcontract
 from speculator_operator.pods import trainer
 
 from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint
@@ -97,7 +98,7 @@ def test_publish_to_the_hub_is_one_commit_naming_the_verifier(
     hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     report = tmp_path / "report"
-    monkeypatch.setenv(trainer.REPORT_ENV, str(report))
+    monkeypatch.setenv(podcontract.REPORT_PATH_ENV, str(report))
     # the hub client reads HF_ENDPOINT when it is imported: point its constants at the stand-in
     from huggingface_hub import constants
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from speculator_operator import progress
+from speculator_operator.pods import progress
 
 pytestmark = pytest.mark.workloads
 

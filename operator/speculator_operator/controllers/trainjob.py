@@ -10,19 +10,18 @@ checkpoint to a SpeculatorDeployment.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Any, cast
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from speculator_operator import progress
 from speculator_operator.api.common import now
+from speculator_operator.api.podcontract import StageReport, parse_progress, progress_seconds
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.controllers.retention import prune_outputs
 from speculator_operator.domain.checkpoint import CheckpointError, read_verifier
-from speculator_operator.planning import Problem, parse_spec
+from speculator_operator.planning import Problem, parse_spec, progress
 from speculator_operator.planning.pods import pod_problem, refused_creation, terminated_words
 from speculator_operator.planning.trainjob import (
     Observed,
@@ -31,7 +30,6 @@ from speculator_operator.planning.trainjob import (
     handed_off,
     handoff_patch,
     job_state,
-    parse_report,
     plan,
     resync_due,
     wakes_owner,
@@ -97,7 +95,17 @@ def observe_children(namespace: str, name: str, obs: Observed) -> None:
             obs.servers[role] = dep
     if not obs.jobs:
         return
-    pods = kube.list_pods(namespace, selector)
+    with_pods = observe_pods(obs, kube.list_pods(namespace, selector))
+    for stage, job in obs.jobs.items():
+        if stage not in with_pods and job_state(job)[0] == "Running":
+            refused = refused_pods(namespace, job)  # no pod at all: the API server may be refusing them
+            if refused:
+                obs.stuck.setdefault(stage, refused)
+
+
+def observe_pods(obs: Observed, pods: list[dict[str, Any]]) -> set[str]:
+    """What the stage pods say (the reports the succeeded ones left, the last failure's message, a stuck
+    pod's problem) into `obs`; returns the stages that have pods."""
     latest_fail: dict[str, str] = {}
     with_pods: set[str] = set()
     for pod in pods:
@@ -117,17 +125,14 @@ def observe_children(namespace: str, name: str, obs: Observed) -> None:
             image_id = main_image_id(pod)
             if image_id:
                 obs.images[stage] = image_id
-            found = parse_report(message)
+            found = StageReport.decode(message)
             if found is not None:
-                obs.reports[stage] = {**obs.reports.get(stage, {}), **found}
+                before = obs.reports.get(stage)
+                obs.reports[stage] = before.merged(found) if before is not None else found
         elif message and (finished or "") >= latest_fail.get(stage, ""):
             latest_fail[stage] = finished or ""
             obs.failures[stage] = message
-    for stage, job in obs.jobs.items():
-        if stage not in with_pods and job_state(job)[0] == "Running":
-            refused = refused_pods(namespace, job)  # no pod at all: the API server may be refusing them
-            if refused:
-                obs.stuck.setdefault(stage, refused)
+    return with_pods
 
 
 def refused_pods(namespace: str, job: dict[str, Any]) -> tuple[str, str] | None:
@@ -301,7 +306,7 @@ async def resync(body: kopf.Body) -> None:
         await periodic.in_lane(reconcile_object, dict(body))
 
 
-PROGRESS_SECONDS = float(os.environ.get("SPECULATOR_PROGRESS_SECONDS", "15"))
+PROGRESS_SECONDS = progress_seconds()
 
 
 @periodic.every(PLURAL, interval=PROGRESS_SECONDS)
@@ -326,7 +331,7 @@ def read_progress(body: dict[str, Any]) -> list[tuple[str, str]]:
     except Exception as exc:  # a log that cannot be read now is read at the next interval
         log.debug("%s/%s: no log of %s now: %s", namespace, name, pod["metadata"]["name"], exc)
         return []
-    parsed = progress.parse(text, stage)
+    parsed = parse_progress(text, stage)
     if parsed is None:
         return []
     old = status.get("progress") or {}

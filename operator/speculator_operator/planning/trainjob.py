@@ -25,16 +25,16 @@ Condition reasons:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from speculator_operator import progress
 from speculator_operator.api.common import Condition, SecretRef, make_condition, merge_status, now
+from speculator_operator.api.podcontract import FAILED_EVALUATIONS, EvaluationOutcome, StageReport
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.domain.checkpoint.model import MTP_COUNT_KEY
 from speculator_operator.domain.releases import Release
+from speculator_operator.planning import progress
 from speculator_operator.planning.retention import retention_due
 from speculator_operator.render.serving import RenderError
 from speculator_operator.render.training import (
@@ -50,6 +50,9 @@ from speculator_operator.render.training import (
 MAX_MESSAGE = 1500
 
 
+NO_REPORT = StageReport.model_validate({})  # what a stage that left no report reported
+
+
 @dataclass
 class Observed:
     generation: int
@@ -61,7 +64,7 @@ class Observed:
     verifier_max_positions: int | None = None  # max_position_embeddings, when no rope scaling stretches it
     problem: tuple[str, str] | None = None  # (reason, message) when the verifier could not be read
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> Job
-    reports: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> report of its succeeded pod
+    reports: dict[str, StageReport] = field(default_factory=dict)  # stage -> report of its succeeded pod
     failures: dict[str, str] = field(default_factory=dict)  # stage -> the last failed pod's message (log tail)
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)  # stage -> a stuck pod's (reason, message)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> Deployment
@@ -135,17 +138,17 @@ def _tail(text: str | None, limit: int = 800) -> str:
 def _progress(spec: SpeculatorTrainJobSpec, obs: Observed) -> dict[str, Any]:
     """What the finished stages reported, over the running stage's live values (controllers read those from
     its pod's log): a finished stage's estimate of its end goes."""
-    prepared = obs.reports.get("prepare", {})
-    extracted = obs.reports.get("extract", {})
-    trained = obs.reports.get("train", {})
+    prepared = obs.reports.get("prepare", NO_REPORT)
+    extracted = obs.reports.get("extract", NO_REPORT)
+    trained = obs.reports.get("train", NO_REPORT)
     live = {k: v for k, v in (obs.status.get("progress") or {}).items() if k in progress.LIVE}
     if live.get("stage") in obs.reports:
         live.pop("etaSeconds", None)
     out = {
         **live,
-        "samplesTotal": prepared.get("samples"),
-        "samplesExtracted": extracted.get("samples"),
-        "epoch": trained.get("epoch", live.get("epoch")),
+        "samplesTotal": prepared.samples,
+        "samplesExtracted": extracted.samples,
+        "epoch": trained.epoch if "epoch" in trained.model_fields_set else live.get("epoch"),
         "epochs": spec.training.epochs if spec.convert is None else None,
     }
     return {k: v for k, v in out.items() if v is not None}
@@ -169,7 +172,7 @@ def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[
         "verifierLayers": inputs.verifier_layers,
         "verifierModelType": obs.verifier_model_type,
         "verifierMaxPositions": obs.verifier_max_positions,
-        "dataFingerprint": obs.reports.get("prepare", {}).get("fingerprint"),
+        "dataFingerprint": obs.reports.get("prepare", NO_REPORT).fingerprint,
         "convertedFrom": _converted_from(inputs.spec),
         "evaluation": inputs.evaluation,
         "commands": {s.name: " ".join(s.command) for s in all_stages},
@@ -216,7 +219,7 @@ def plan(
         obs.verifier_layers,
         uid,
         obs.verifier_content,
-        evaluated if evaluated and evaluated.get("outcome") == "Passed" else None,
+        evaluated if evaluated and evaluated.get("outcome") == EvaluationOutcome.PASSED else None,
     )
     try:
         all_stages = stages(inputs)
@@ -253,7 +256,7 @@ def plan(
     if current_state == "Failed":
         message = _failure_message(current.name, current_details, obs.failures.get(current.name))
         reason = "AuditFailed" if current.name == "audit" else "StageFailed"
-        if current.name == "evaluate" and evaluated and evaluated.get("outcome") in EVALUATION_REASONS:
+        if current.name == "evaluate" and evaluated and evaluated.get("outcome") in FAILED_EVALUATIONS:
             reason = str(evaluated["outcome"])
             message = f"stage evaluate: {_evaluation_words(evaluated)}; nothing was published"
         status = merge_status(
@@ -307,25 +310,22 @@ def plan(
     return Plan(apply, delete, status, events)
 
 
-EVALUATION_REASONS = ("AcceptanceBelowThreshold", "ZeroDrafts", "EvaluationServerNotReady")
-
-
 def evaluation_of(obs: Observed) -> dict[str, Any] | None:
     """What the evaluate stage measured: its succeeded pod's report, else the report its failed pod left as
     the termination message (`Error (exit code 3): {...}`)."""
     found = obs.reports.get("evaluate")
     if found is None:
         message = obs.failures.get("evaluate") or ""
-        found = parse_report(message[message.find("{") :]) if "{" in message else None
-    value = (found or {}).get("evaluation")
+        found = StageReport.decode(message[message.find("{") :]) if "{" in message else None
+    value = found.evaluation if found is not None else None
     return value if isinstance(value, dict) else None
 
 
 def _evaluation_words(ev: dict[str, Any]) -> str:
     outcome = ev.get("outcome")
-    if outcome == "ZeroDrafts":
+    if outcome == EvaluationOutcome.ZERO_DRAFTS:
         return f"vLLM made no drafts over {ev.get('prompts', '?')} prompt(s): it served without speculation"
-    if outcome == "EvaluationServerNotReady":
+    if outcome == EvaluationOutcome.SERVER_NOT_READY:
         return "the evaluation server was not ready within evaluation.timeoutSeconds"
     said = f"acceptance {ev.get('rate')} (mean accepted length {ev.get('meanAcceptedLength')}, K={ev.get('k')}"
     said += f", {ev.get('drafts')} drafts over {ev.get('tokens')} tokens"
@@ -390,9 +390,9 @@ def _succeeded(
     name: str, spec: SpeculatorTrainJobSpec, obs: Observed, fields: dict[str, Any], conds: list[Condition]
 ) -> Plan:
     gen = obs.generation
-    published = obs.reports.get("publish", {})
-    checkpoint = {"uri": published.get("uri") or spec.output.uri, "digest": published.get("digest")}
-    audit = obs.reports.get("audit", {}).get("audit")
+    published = obs.reports.get("publish", NO_REPORT)
+    checkpoint = {"uri": published.uri or spec.output.uri, "digest": published.digest}
+    audit = obs.reports.get("audit", NO_REPORT).audit
     message = f"published {checkpoint['uri']}" + (f" ({checkpoint['digest']})" if checkpoint["digest"] else "")
     status = merge_status(
         obs.status, gen, *conds,
@@ -470,18 +470,7 @@ def handoff_patch(
     return "Patched", f"SpeculatorDeployment {target} now serves {uri}", {"spec": {"speculator": speculator}}
 
 
-def parse_report(message: str | None) -> dict[str, Any] | None:
-    """The JSON report a stage's entrypoint leaves as its termination message (None if it is not one)."""
-    if not message:
-        return None
-    try:
-        value = json.loads(message)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) and value.get("speculatorsReport") else None
-
-
 __all__ = [
-    "SERVER_ROLES", "Observed", "Plan", "failed", "handed_off", "handoff_patch", "job_state", "parse_report", "plan",
+    "SERVER_ROLES", "Observed", "Plan", "failed", "handed_off", "handoff_patch", "job_state", "plan",
     "resync_due", "wakes_owner",
 ]  # fmt: skip

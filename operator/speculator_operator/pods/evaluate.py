@@ -21,16 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from speculator_operator.api.podcontract import EvaluationOutcome, ExitCode
 from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_dir, load_checkpoint, load_verifier_config
 from speculator_operator.domain.economics import pair_cost_ratio
 from speculator_operator.pods.holdout import EvaluationError
 from speculator_operator.pods.trainer import report
 from speculator_operator.render.serving import RenderError, draft_of
-from speculator_operator.render.training.evaluate import (
-    EXIT_BELOW_THRESHOLD,
-    EXIT_SERVER_NOT_READY,
-    EXIT_ZERO_DRAFTS,
-)
 from speculator_operator.telemetry.acceptance import (
     Economics,
     MetricsError,
@@ -41,9 +37,9 @@ from speculator_operator.telemetry.acceptance import (
     parse_sample,
 )
 
-BELOW = "AcceptanceBelowThreshold"
-ZERO = "ZeroDrafts"
-NOT_READY = "EvaluationServerNotReady"
+BELOW = EvaluationOutcome.BELOW_THRESHOLD
+ZERO = EvaluationOutcome.ZERO_DRAFTS
+NOT_READY = EvaluationOutcome.SERVER_NOT_READY
 
 
 def load_prompts(path: str | None, given: str | None) -> list[str | list[int]]:
@@ -88,15 +84,15 @@ def judge(measured: dict[str, Any], min_acceptance: float | None, min_speedup: f
     """(outcome, message, exit code) of a measurement (`acceptance_status`'s fields)."""
     drafts = measured.get("drafts") or 0
     if drafts <= 0:
-        return ZERO, "vLLM made no drafts over the evaluated requests: it served without speculation", EXIT_ZERO_DRAFTS
+        return ZERO, "vLLM made no drafts over the evaluated requests: it served without speculation", ZERO.exit_code
     rate = measured.get("rate")
     if min_acceptance is not None and (rate is None or rate < min_acceptance):
-        return BELOW, f"acceptance {rate} is below evaluation.minAcceptance {min_acceptance}", EXIT_BELOW_THRESHOLD
+        return BELOW, f"acceptance {rate} is below evaluation.minAcceptance {min_acceptance}", BELOW.exit_code
     predicted = measured.get("predictedSpeedup")
     if min_speedup is not None and (predicted is None or predicted < min_speedup):
         why = "unknown (the verifier's config gives no cost ratio)" if predicted is None else str(predicted)
-        return BELOW, f"predicted speedup {why} is below evaluation.minSpeedup {min_speedup}", EXIT_BELOW_THRESHOLD
-    return "Passed", f"acceptance {rate} over {int(drafts)} drafts", 0
+        return BELOW, f"predicted speedup {why} is below evaluation.minSpeedup {min_speedup}", BELOW.exit_code
+    return EvaluationOutcome.PASSED, f"acceptance {rate} over {int(drafts)} drafts", ExitCode.OK
 
 
 def result_fields(
@@ -219,7 +215,7 @@ def main(args: argparse.Namespace) -> int:
         verifier, _ = load_verifier_config(args.verifier)
     except (EvaluationError, CheckpointError, RenderError) as exc:
         print(f"evaluate: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     k = args.k or draft.speculative_tokens
     cost_ratio = pair_cost_ratio(ck.drafting_shapes, verifier)
     print(f"evaluate: {len(prompts)} prompt(s), {args.max_tokens} tokens each, K={k}, draft {folder}", file=sys.stderr)
@@ -227,7 +223,7 @@ def main(args: argparse.Namespace) -> int:
         message = f"the evaluation server {endpoint} was not ready within {args.timeout:.0f} s"
         print(f"evaluate: {NOT_READY}: {message}", file=sys.stderr)
         report("evaluate", evaluation={"outcome": NOT_READY, **_bounds(bounds)}, message=message)
-        return EXIT_SERVER_NOT_READY
+        return NOT_READY.exit_code
     try:
         before, since = _counters_or_none(endpoint), time.time()
         sampling = {
@@ -243,7 +239,7 @@ def main(args: argparse.Namespace) -> int:
         after, at = _settled_or_none(endpoint, min(deadline, time.monotonic() + 30)), time.time()
     except (EvaluationError, MetricsError) as exc:
         print(f"evaluate: {exc}", file=sys.stderr)
-        return 1  # the Job retries: a server that restarted mid-evaluation is measured again
+        return ExitCode.PROBLEM  # the Job retries: a server that restarted mid-evaluation is measured again
     if after is None:  # no spec-decode counters at all: vLLM was started without a speculative config
         after = before = Sample()
     inc, _ = increment(before or Sample(), after, since, at)

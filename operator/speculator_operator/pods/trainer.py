@@ -30,31 +30,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from speculator_operator import __version__, progress
+from speculator_operator import __version__
+from speculator_operator.api.podcontract import StageReport, progress_seconds, report_path
 from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_verifier_config
 from speculator_operator.domain.checkpoint.manifest import LATEST
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE as MARKER
 from speculator_operator.domain.checkpoint.safetensors_header import header_length, parse_header
 from speculator_operator.domain.releases import get_release
+from speculator_operator.pods import progress
 from speculator_operator.pods.entrypoints import stage as stage_copy
 
-REPORT_ENV = "SPECULATOR_REPORT_PATH"
-REPORT_LIMIT = 4096  # the kubelet keeps at most 4 KiB of a termination message
 SKIP_ON_PUBLISH = re.compile(r"^(optimizer|scheduler)_state_dict\.pt$")
 
 
 def report(stage: str, **fields: Any) -> None:
     """Write the stage's report where the kubelet reads the termination message."""
-    path = Path(os.environ.get(REPORT_ENV, "/dev/termination-log"))
-    body: dict[str, Any] = {
-        "speculatorsReport": 1,
-        "stage": stage,
-        **{k: v for k, v in fields.items() if v is not None},
-    }
-    text = json.dumps(body, separators=(",", ":"), sort_keys=True)
-    while len(text.encode()) > REPORT_LIMIT and body.get("audit", {}).get("findings"):
-        body["audit"]["findings"] = body["audit"]["findings"][:-1]
-        text = json.dumps(body, separators=(",", ":"), sort_keys=True)
+    path = Path(report_path())
+    text = StageReport.model_validate({"stage": stage, **fields}).encode()
     try:
         path.write_text(text)
     except OSError as exc:
@@ -169,7 +161,7 @@ def _relay(stream: IO[str], sink: IO[str], tracker: progress.Tracker, unfilled: 
             unfilled.append(f"{match[1].lower()} keys: {match[2][:300]}")
 
 
-PROGRESS_SECONDS = float(os.environ.get("SPECULATOR_PROGRESS_SECONDS", "10"))
+PROGRESS_SECONDS = progress_seconds()
 
 
 def _report_progress(tracker: progress.Tracker, stop: threading.Event) -> None:

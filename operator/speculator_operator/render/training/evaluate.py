@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from speculator_operator.api.podcontract import FAILED_EVALUATIONS, ExitCode
 from speculator_operator.render.serving import PORT
 from speculator_operator.render.training.common import (
     HELD_OUT,
@@ -24,9 +25,8 @@ from speculator_operator.render.training.common import (
     final_checkpoint,
 )
 
-EXIT_BELOW_THRESHOLD = 3
-EXIT_ZERO_DRAFTS = 4
-EXIT_SERVER_NOT_READY = 5
+# the exit codes that fail the Job at once: bad usage, and each failed evaluation (no retry can change them)
+FAIL_FAST = (int(ExitCode.USAGE), *(int(o.exit_code) for o in FAILED_EVALUATIONS))
 
 
 def evaluate_stage(inputs: Inputs) -> Stage | None:
@@ -57,7 +57,7 @@ def evaluate_stage(inputs: Inputs) -> Stage | None:
         command += ["--min-speedup", str(ev.min_speedup)]
     container = _container(inputs.release.image("trainer"), command)
     job = _job(inputs, "evaluate", inputs.spec.stages.cpu, container,
-               fail_fast_codes=(2, EXIT_BELOW_THRESHOLD, EXIT_ZERO_DRAFTS, EXIT_SERVER_NOT_READY))  # fmt: skip
+               fail_fast_codes=FAIL_FAST)  # fmt: skip
     job["spec"]["activeDeadlineSeconds"] = ev.timeout_seconds
     return Stage("evaluate", "Evaluating", [job], server="evaluator", command=command)
 

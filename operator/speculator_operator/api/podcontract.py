@@ -1,0 +1,190 @@
+"""The contract between the pods the operator renders and the operator that reads what they leave.
+
+Both sides import this module and nothing else of each other (docs/design/pod-contract.md):
+- the stage report: one JSON object a stage's entrypoint leaves as its container's termination message,
+  which the operator reads from the pod's status (`StageReport`);
+- the exit codes of the in-pod commands (`ExitCode`) and the evaluate stage's outcomes (`EvaluationOutcome`),
+  which the rendered Jobs' podFailurePolicy and the train job's conditions name;
+- the progress line a running stage prints to its log and the operator reads from the log's tail;
+- the environment variables of the contract, each with its one default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+# ---- environment ------------------------------------------------------------------------------------------
+
+REPORT_PATH_ENV = "SPECULATOR_REPORT_PATH"  # where a stage writes its report (tests point it at a file)
+REPORT_PATH_DEFAULT = "/dev/termination-log"  # the kubelet's terminationMessagePath default
+PROGRESS_SECONDS_ENV = "SPECULATOR_PROGRESS_SECONDS"  # how often a stage prints its line and the operator reads it
+PROGRESS_SECONDS_DEFAULT = 10.0
+
+
+def report_path() -> str:
+    return os.environ.get(REPORT_PATH_ENV, REPORT_PATH_DEFAULT)
+
+
+def progress_seconds() -> float:
+    return float(os.environ.get(PROGRESS_SECONDS_ENV, str(PROGRESS_SECONDS_DEFAULT)))
+
+
+# ---- exit codes and outcomes ------------------------------------------------------------------------------
+
+
+class ExitCode(IntEnum):
+    """What an in-pod command's exit status means (the CLI's own: 0, 1, 2; the evaluate stage's: 3-5)."""
+
+    OK = 0
+    PROBLEM = 1  # it ran and found a problem (audit errors, a failed copy); a Job may retry it
+    USAGE = 2  # bad usage or unreadable input: retrying cannot help
+    BELOW_THRESHOLD = 3  # evaluate: acceptance or predicted speedup below the spec's bound
+    ZERO_DRAFTS = 4  # evaluate: vLLM made no drafts (it served without speculation)
+    SERVER_NOT_READY = 5  # evaluate: the evaluation server was not ready within the stage's timeout
+
+
+class EvaluationOutcome(StrEnum):
+    """The evaluate stage's verdict: the report's `evaluation.outcome`, and the reason of the train job's
+    condition when it fails the run."""
+
+    PASSED = "Passed"
+    BELOW_THRESHOLD = "AcceptanceBelowThreshold"
+    ZERO_DRAFTS = "ZeroDrafts"
+    SERVER_NOT_READY = "EvaluationServerNotReady"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return _EXIT_OF[self]
+
+
+_EXIT_OF = {
+    EvaluationOutcome.PASSED: ExitCode.OK,
+    EvaluationOutcome.BELOW_THRESHOLD: ExitCode.BELOW_THRESHOLD,
+    EvaluationOutcome.ZERO_DRAFTS: ExitCode.ZERO_DRAFTS,
+    EvaluationOutcome.SERVER_NOT_READY: ExitCode.SERVER_NOT_READY,
+}
+FAILED_EVALUATIONS = tuple(o for o in EvaluationOutcome if o is not EvaluationOutcome.PASSED)
+
+
+# ---- the stage report -------------------------------------------------------------------------------------
+
+REPORT_VERSION = 1
+REPORT_LIMIT = 4096  # the kubelet keeps at most 4 KiB of a termination message
+
+
+class StageReport(BaseModel):
+    """What a finished stage reports. Every field but the marker is optional: each stage fills its own."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    speculators_report: int = Field(REPORT_VERSION, alias="speculatorsReport")
+    stage: str | None = None
+    seconds: float | None = None  # the tool's run time
+    samples: int | None = None  # prepare, regenerate, extract: rows or files written
+    held_out: int | None = Field(None, alias="heldOut")  # prepare: samples split off for evaluate
+    fingerprint: str | None = None  # prepare: the dataset's fingerprint
+    epoch: int | None = None  # train: epochs saved
+    checkpoint: str | None = None  # convert, stitch, audit: the folder
+    files: int | None = None  # convert, stitch: files written
+    verifier: str | None = None  # fetch: where the verifier was staged
+    revision: str | None = None  # fetch: the verifier revision fetched
+    data_files: list[str] | None = Field(None, alias="dataFiles")  # fetch
+    converted: str | None = None  # fetch: the staged source of a conversion
+    algorithm: str | None = None  # audit: the checkpoint's speculators_model_type
+    audit: dict[str, Any] | None = None  # audit: the summary (ok, counts, findings)
+    uri: str | None = None  # publish: the exact location written
+    digest: str | None = None  # publish: the content digest
+    evaluation: dict[str, Any] | None = None  # evaluate: what was measured, with `outcome`
+    message: str | None = None  # evaluate: the verdict in words
+
+    def encode(self) -> str:
+        """The termination message: compact JSON within REPORT_LIMIT (the audit's findings are cut first)."""
+        body = self.model_dump(by_alias=True, exclude_none=True)
+        text = json.dumps(body, separators=(",", ":"), sort_keys=True)
+        while len(text.encode()) > REPORT_LIMIT and (body.get("audit") or {}).get("findings"):
+            body["audit"]["findings"] = body["audit"]["findings"][:-1]
+            text = json.dumps(body, separators=(",", ":"), sort_keys=True)
+        return text
+
+    @classmethod
+    def decode(cls, message: str | None) -> StageReport | None:
+        """The report in a termination message (None when the message is not one: a log tail, garbage)."""
+        if not message:
+            return None
+        try:
+            value = json.loads(message)
+        except ValueError:
+            return None
+        if not isinstance(value, dict) or not value.get("speculatorsReport"):
+            return None
+        try:
+            return cls.model_validate(value)
+        except ValidationError:
+            return None
+
+    def merged(self, newer: StageReport) -> StageReport:
+        """This report with what a newer pod of the same stage reported over it (an Indexed Job's ranks)."""
+        fields = {
+            **self.model_dump(by_alias=True, exclude_none=True),
+            **newer.model_dump(by_alias=True, exclude_none=True),
+        }
+        return StageReport.model_validate(fields)
+
+
+# ---- the progress line ------------------------------------------------------------------------------------
+
+PROGRESS_PREFIX = "speculators-progress "
+PROGRESS_MAX_LINE = 4096  # a progress line longer than this is not one of ours
+PROGRESS_MAX_METRICS = 16
+PROGRESS_INTS = ("samples", "samplesTarget", "step", "epoch", "epochs", "epochsCompleted", "etaSeconds")
+PROGRESS_FIELDS = frozenset({*PROGRESS_INTS, "stage", "loss", "metrics"})
+_LIMIT = 10**12
+
+
+def progress_line(fields: dict[str, Any]) -> str:
+    """One progress line: the prefix, then the fields as compact JSON (None values left out)."""
+    body = {k: v for k, v in fields.items() if v is not None}
+    return PROGRESS_PREFIX + json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+
+def parse_progress(text: str, stage: str) -> dict[str, Any] | None:
+    """The last trustworthy progress line of `stage` in a log tail (None: there is none). Garbage, in part or
+    whole, is dropped: an unknown key, a value of the wrong type or out of range, another stage's line."""
+    for raw in reversed(text.splitlines()):
+        at = raw.find(PROGRESS_PREFIX)
+        if at < 0 or len(raw) - at > PROGRESS_MAX_LINE:
+            continue
+        try:
+            found = json.loads(raw[at + len(PROGRESS_PREFIX) :])
+        except ValueError:
+            continue
+        if isinstance(found, dict) and found.get("stage") == stage:
+            return _clean(found)
+    return None
+
+
+def _clean(found: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in PROGRESS_INTS:
+        value = found.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _LIMIT:
+            out[key] = value
+    loss = found.get("loss")
+    if isinstance(loss, int | float) and not isinstance(loss, bool) and math.isfinite(loss):
+        out["loss"] = float(loss)
+    metrics = found.get("metrics")
+    if isinstance(metrics, dict):
+        kept = {
+            str(k)[:64]: float(v)
+            for k, v in list(metrics.items())[:PROGRESS_MAX_METRICS]
+            if isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        }
+        if kept:
+            out["metrics"] = kept
+    return out
