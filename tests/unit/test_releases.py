@@ -57,3 +57,10 @@ def test_cut_off_knobs_by_version() -> None:
 def test_version_ordering() -> None:
     assert Version.parse("0.9.0") < Version.parse("0.10.1") < Version.parse("v0.32") == Version.parse("0.32.0")
     assert str(Version.parse("0.32.0+cpu")) == "0.32.0"
+
+
+def test_a_pre_release_orders_before_its_release_and_a_local_label_names_the_release() -> None:
+    assert Version.parse("0.33.0rc1") < Version.parse("0.33.0") < Version.parse("0.33.1.dev0")
+    assert Version.parse("0.32.0+cpu") == Version.parse("0.32.0")
+    with pytest.raises(ReleaseError, match="not a version"):
+        Version.parse("latest")

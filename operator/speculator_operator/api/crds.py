@@ -8,6 +8,7 @@ from pydantic import BaseModel
 
 from speculator_operator.api.common import CATEGORY, GROUP, VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
+from speculator_operator.api.labels import PART_OF_LABEL
 from speculator_operator.api.schema import structural
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 
@@ -19,7 +20,7 @@ def _crd(
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/part-of": "speculator-operator"}},
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": {PART_OF_LABEL: "speculator-operator"}},
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",

@@ -15,7 +15,10 @@ from pydantic import ConfigDict, Field
 
 from speculator_operator.api.common import Condition, Model, SecretRef
 from speculator_operator.api.deployment import OWNED_FLAGS, AuditSummary, Verifier, extra_args_schema
+from speculator_operator.domain.algorithms import CONVERTIBLE, DFLASH_TRAINABLE
+from speculator_operator.domain.algorithms import Algorithm as Algo
 
+# the algorithm table's trainable ones, spelled out for the schema (a test checks they agree)
 Algorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]
 Phase = Literal[
     "Pending", "Regenerating", "Preparing", "Extracting", "Training", "Converting", "Stitching", "Auditing",
@@ -292,13 +295,18 @@ def _immutable(field: str) -> dict[str, Any]:
     }]}  # fmt: skip
 
 
+def _cel(names: tuple[str, ...]) -> str:
+    """A CEL list literal of names."""
+    return "[" + ", ".join(f"'{n}'" for n in names) + "]"
+
+
 _RULES: list[Any] = [
     {
         "rule": "has(self.data) != has(self.convert)",
         "message": "give data (to train a draft) or convert (to convert a published one), exactly one of them",
     },
     {
-        "rule": "!has(self.convert) || self.algorithm in ['eagle3', 'dflash', 'mtp']",
+        "rule": f"!has(self.convert) || self.algorithm in {_cel(CONVERTIBLE)}",
         "message": "speculators 0.9.0 converts eagle3 (SafeAILab EAGLE-3), dflash (z-lab DFlash) and mtp (native MTP "
         "layers) checkpoints only",
         "fieldPath": ".algorithm",
@@ -312,12 +320,12 @@ _RULES: list[Any] = [
         "fieldPath": ".draft",
     },
     {
-        "rule": "!has(self.convert) || !has(self.draft.targetLayerIds) || self.algorithm != 'mtp'",
+        "rule": f"!has(self.convert) || !has(self.draft.targetLayerIds) || self.algorithm != '{Algo.MTP}'",
         "message": "an MTP head reads the verifier's last layer: draft.targetLayerIds does not apply",
         "fieldPath": ".draft.targetLayerIds",
     },
     {
-        "rule": "!has(self.convert) || !has(self.convert.normBeforeResidual) || self.algorithm == 'eagle3'",
+        "rule": f"!has(self.convert) || !has(self.convert.normBeforeResidual) || self.algorithm == '{Algo.EAGLE3}'",
         "message": "convert.normBeforeResidual is an eagle3 setting",
         "fieldPath": ".convert.normBeforeResidual",
     },
@@ -383,13 +391,13 @@ _RULES: list[Any] = [
         "fieldPath": ".workspace.accessMode",
     },
     {
-        "rule": "!(self.algorithm in ['dflash', 'dflash2', 'dspark']) || !has(self.draft.blockSize) || "
+        "rule": f"!(self.algorithm in {_cel(DFLASH_TRAINABLE)}) || !has(self.draft.blockSize) || "
         "self.draft.blockSize >= 2",
         "message": "DFlash-family drafts need draft.blockSize >= 2",
         "fieldPath": ".draft.blockSize",
     },
     {
-        "rule": "self.algorithm != 'mtp' || (!has(self.draft.draftVocabSize) && !has(self.draft.numLayers) && "
+        "rule": f"self.algorithm != '{Algo.MTP}' || (!has(self.draft.draftVocabSize) && !has(self.draft.numLayers) && "
         "!has(self.draft.draftArch))",
         "message": "mtp finetunes the verifier's own MTP layers: draftVocabSize, numLayers and draftArch do not apply",
         "fieldPath": ".draft",

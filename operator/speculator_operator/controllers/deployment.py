@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
 from speculator_operator.domain.checkpoint import (
     CheckpointError,
     SourceError,
@@ -389,7 +390,7 @@ def refresh_owner(namespace: str, owner: str, child: dict[str, Any] | None) -> N
     write_status(namespace, owner, status, refresh_serving(parsed, status, child, generation, pods), "child")
 
 
-_children = {"app.kubernetes.io/managed-by": MANAGED_BY, "speculators.dev/deployment": kopf.PRESENT}
+_children = {MANAGED_BY_LABEL: MANAGED_BY, DEPLOYMENT_LABEL: kopf.PRESENT}
 _serving_pods = _children
 
 
@@ -448,7 +449,7 @@ def _child_changed(body: kopf.Body, namespace: str, owner: str, type: str) -> No
 async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
     """A child Deployment moved: refresh the owner's replica counts and readiness; deleted or changed by
     hand: restore it. In the child-event pool, not behind the audits in kopf's."""
-    owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
+    owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
     if not owner or not type or namespace is None:
         return
     await in_child_lane(_child_changed, body, namespace, owner, type)
@@ -464,7 +465,7 @@ def _other_child_changed(body: kopf.Body, namespace: str, owner: str, type: str)
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=_children)  # type: ignore[arg-type]
 async def other_child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
     """A child Service or PodDisruptionBudget deleted or changed by hand: restore it."""
-    owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
+    owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
     if owner and namespace is not None and (type == "DELETED" or edited_by(body, FIELD_MANAGER)):
         await in_child_lane(_other_child_changed, body, namespace, owner, type)
 
@@ -477,7 +478,7 @@ def _pod_changed(namespace: str, owner: str) -> None:
 async def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
     """A serving pod got stuck (an image the node cannot get, a crash loop, no node for it): its owner says
     so. Other pod events change nothing the Deployment's own status does not already say."""
-    owner = (body.get("metadata", {}).get("labels") or {}).get("speculators.dev/deployment")
+    owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
     if not owner or namespace is None or type == "DELETED" or pod_problem(dict(body)) is None:
         return
     await in_child_lane(_pod_changed, namespace, owner)

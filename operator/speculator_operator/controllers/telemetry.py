@@ -25,8 +25,8 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
 
+from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, REVISION_LABEL
 from speculator_operator.controllers import deployment
-from speculator_operator.planning.deployment import REVISION_LABEL
 from speculator_operator.planning.tuning import blocked, plan_tuning
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube, metrics
@@ -109,7 +109,7 @@ def _target(pod: kopf.Body) -> dict[str, Any] | None:
     }
 
 
-_serving_pods = {"app.kubernetes.io/managed-by": MANAGED_BY, "speculators.dev/deployment": kopf.PRESENT}
+_serving_pods = {MANAGED_BY_LABEL: MANAGED_BY, DEPLOYMENT_LABEL: kopf.PRESENT}
 
 
 @kopf.index("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]
@@ -118,7 +118,7 @@ async def serving_pods(*, body: kopf.Body, namespace: str | None, labels: kopf.L
     coroutine: kopf runs a plain function in its handler pool, where every pod event of a burst would wait
     behind the reconciles (the events, whole pods, held meanwhile: at 1,000 resources, the operator's
     memory peak)."""
-    return {(namespace, labels["speculators.dev/deployment"]): _target(body)}
+    return {(namespace, labels[DEPLOYMENT_LABEL]): _target(body)}
 
 
 async def fetch_metrics(url: str) -> str:

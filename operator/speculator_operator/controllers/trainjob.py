@@ -17,6 +17,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from speculator_operator.api.common import now
+from speculator_operator.api.labels import MANAGED_BY_LABEL, STAGE_LABEL, TRAINJOB_LABEL
 from speculator_operator.api.podcontract import StageReport, parse_progress, progress_seconds
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.controllers.retention import prune_outputs
@@ -49,10 +50,9 @@ from speculator_operator.runtime.kube import (
     secret_data,
 )
 
+LABEL = TRAINJOB_LABEL
 PLURAL = "speculatortrainjobs"
 DEPLOYMENTS = "speculatordeployments"
-LABEL = "speculators.dev/trainjob"
-STAGE_LABEL = "speculators.dev/stage"
 log = logging.getLogger(__name__)
 
 
@@ -86,11 +86,11 @@ def main_image_id(pod: dict[str, Any]) -> str | None:
 def observe_children(namespace: str, name: str, obs: Observed) -> None:
     selector = f"{LABEL}={name}"
     for job in kube.list_objects("batch/v1", "Job", namespace, label_selector=selector):
-        stage = (job["metadata"].get("labels") or {}).get("speculators.dev/stage")
+        stage = (job["metadata"].get("labels") or {}).get(STAGE_LABEL)
         if stage:
             obs.jobs[stage] = job
     for dep in kube.list_objects("apps/v1", "Deployment", namespace, label_selector=selector):
-        role = (dep["metadata"].get("labels") or {}).get("speculators.dev/stage")
+        role = (dep["metadata"].get("labels") or {}).get(STAGE_LABEL)
         if role in SERVER_ROLES:
             obs.servers[role] = dep
     if not obs.jobs:
@@ -109,7 +109,7 @@ def observe_pods(obs: Observed, pods: list[dict[str, Any]]) -> set[str]:
     latest_fail: dict[str, str] = {}
     with_pods: set[str] = set()
     for pod in pods:
-        stage = (pod["metadata"].get("labels") or {}).get("speculators.dev/stage")
+        stage = (pod["metadata"].get("labels") or {}).get(STAGE_LABEL)
         phase = (pod.get("status") or {}).get("phase")
         if stage not in obs.jobs:
             continue
@@ -292,7 +292,7 @@ async def _pod_event(body: kopf.Body, namespace: str | None, type: str | None, *
         await in_child_lane(reconcile_object, {"metadata": {"name": owner, "namespace": namespace}})
 
 
-_children = {"labels": {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL: kopf.PRESENT}}
+_children = {"labels": {MANAGED_BY_LABEL: MANAGED_BY, LABEL: kopf.PRESENT}}
 kopf.on.event("batch", "v1", "jobs", **_children)(_owner_event)  # type: ignore[arg-type]
 kopf.on.event("apps", "v1", "deployments", **_children)(_owner_event)  # type: ignore[arg-type]
 kopf.on.event("", "v1", "pods", **_children)(_pod_event)  # type: ignore[arg-type]

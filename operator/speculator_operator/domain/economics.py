@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-PARALLEL_DRAFTERS = frozenset({"peagle", "dflash", "dflash2", "dspark"})
+from speculator_operator.domain.algorithms import Algorithm, drafts_in_parallel
 
 
 def _check_alpha(alpha: float) -> None:
@@ -46,7 +46,7 @@ def draft_forwards(algorithm: str, k: int) -> int:
     """Draft forward passes per verification step."""
     if k == 0:
         return 0
-    return 1 if algorithm in PARALLEL_DRAFTERS else k
+    return 1 if drafts_in_parallel(algorithm) else k
 
 
 def speedup(alpha: float, k: int, cost_ratio: float, forwards: int | None = None) -> float:
@@ -95,7 +95,9 @@ def alpha_from_mean_length(mean_length: float, k: int) -> float:
     return _alpha_where_expected_tokens_is(mean_length, k)
 
 
-def best_k(alpha: float, cost_ratio: float, algorithm: str = "eagle3", k_max: int = 16) -> tuple[int, float]:
+def best_k(
+    alpha: float, cost_ratio: float, algorithm: str = Algorithm.EAGLE3.value, k_max: int = 16
+) -> tuple[int, float]:
     """The K in 0..k_max with the highest speedup for a measured α (K = 0: do not speculate)."""
     best = (0, 1.0)
     for k in range(1, k_max + 1):
@@ -207,7 +209,7 @@ def cutoff_schedule(
     k_max: int,
     max_num_seqs: int,
     saturation_tokens: int = 256,
-    algorithm: str = "eagle3",
+    algorithm: str = Algorithm.EAGLE3.value,
 ) -> Schedule:
     """The best K for every batch size 1..max_num_seqs, compressed into ranges.
 

@@ -13,13 +13,12 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from functools import total_ordering
+
+import packaging.version
 
 from speculator_operator import __version__
+from speculator_operator.domain.algorithms import TABLE
 
-ALGORITHMS = ("eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp")
-DFLASH_FAMILY = frozenset({"dflash", "dflash2", "dspark", "xpress"})
-EAGLE_FAMILY = frozenset({"eagle3", "peagle"})
 IMAGE_REPOSITORY = "ghcr.io/speculator-operator"
 REPOSITORY_ENV = "SPECULATOR_IMAGE_REPOSITORY"  # a registry of one's own (the chart's images.repository)
 # {image reference: manifest digest} (JSON; the chart's workloadImages.digests): a reference named here is
@@ -77,46 +76,25 @@ class ReleaseError(ValueError):
     """An unknown, unverified or malformed release or version request."""
 
 
-@total_ordering
-@dataclass(frozen=True)
-class Version:
-    """A release version such as 0.32.0 (pre-release and local suffixes are ignored for ordering)."""
-
-    major: int
-    minor: int
-    patch: int = 0
+class Version(packaging.version.Version):
+    """A release version such as 0.32.0: packaging's, so that a pre-release orders before its release
+    (0.33.0rc1 < 0.33.0); a local label (the CPU wheel's +cpu) names the same release and is dropped."""
 
     @classmethod
     def parse(cls, text: str) -> Version:
-        match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?", text.strip())
-        if not match:
-            raise ReleaseError(f"not a version: {text!r} (expected MAJOR.MINOR[.PATCH], e.g. 0.32.0)")
-        return cls(int(match[1]), int(match[2]), int(match[3] or 0))
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, Version):
-            return NotImplemented
-        return (self.major, self.minor, self.patch) < (other.major, other.minor, other.patch)
-
-    def __str__(self) -> str:
-        return f"{self.major}.{self.minor}.{self.patch}"
+        try:
+            return cls(packaging.version.Version(text.strip()).public)
+        except packaging.version.InvalidVersion:
+            raise ReleaseError(f"not a version: {text!r} (expected MAJOR.MINOR[.PATCH], e.g. 0.32.0)") from None
 
 
 def V(text: str) -> Version:
     return Version.parse(text)
 
 
-# The first vLLM release that serves each speculators algorithm correctly as a draft.
-# eagle3: aux layer ids are passed through since 0.12.0 (0.10.1 served defaults only);
-# peagle: speculators `peagle` type in 0.22.0; dflash: native since 0.20.0 but the layer-index fix
-# (#40727) is in 0.22.0; dspark: 0.25.0; dflash2: speculators `dflash2` type in 0.29.0.
-# mtp has no entry: a speculators MTP checkpoint is not loadable as a draft at all.
+# The first vLLM release that serves each speculators algorithm correctly as a draft (the algorithm table's).
 MIN_VLLM_FOR_ALGORITHM: dict[str, Version] = {
-    "eagle3": V("0.12.0"),
-    "peagle": V("0.22.0"),
-    "dflash": V("0.22.0"),
-    "dflash2": V("0.29.0"),
-    "dspark": V("0.25.0"),
+    a.value: Version.parse(str(row.min_vllm)) for a, row in TABLE.items() if row.min_vllm is not None
 }
 
 # The first vLLM release that honours a checkpoint or serving feature.

@@ -28,7 +28,9 @@ from pydantic import ValidationError
 
 from speculator_operator.api.common import API_VERSION, condition, make_condition, merge_status
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.labels import RETRAINS_LABEL, REVISION_LABEL
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.checkpoint import AuditReport, Checkpoint, Manifest
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import Problem
@@ -37,7 +39,6 @@ from speculator_operator.planning.tuning import applied
 from speculator_operator.render.serving import Inputs, RenderError, draft_of, num_speculative_tokens, render
 
 MAX_FINDINGS = 20
-REVISION_LABEL = "speculators.dev/revision"
 
 
 @dataclass
@@ -92,7 +93,7 @@ def serving_status(
         return {"ready": False, "reason": "NotDeployed", "replicas": want, "readyReplicas": 0, "updatedReplicas": 0}
     st = child.get("status") or {}
     meta = child.get("metadata") or {}
-    current = (meta.get("annotations") or {}).get("speculators.dev/revision") == revision
+    current = (meta.get("annotations") or {}).get(REVISION_LABEL) == revision
     observed = st.get("observedGeneration", 0) >= meta.get("generation", 0)
     ready, updated = st.get("readyReplicas", 0) or 0, st.get("updatedReplicas", 0) or 0
     available = st.get("availableReplicas", 0) or 0
@@ -159,7 +160,7 @@ def plan(
     common = {
         "release": release.name,
         "vllm": release.vllm,
-        "algorithm": "mtp" if ck.stitched_mtp else ck.algorithm,
+        "algorithm": Algorithm.MTP.value if ck.stitched_mtp else ck.algorithm,
         "verifierRevision": obs.verifier_revision,
         "draftRevision": ck.revision,
         "draftSource": obs.draft_source or spec.speculator.source,
@@ -383,7 +384,7 @@ def retrain_job(
         where = ".".join(str(p) for p in first["loc"])
         raise ValueError(f"upgradePolicy.trainTemplate.{where}: {first['msg']}") from None
     meta: dict[str, Any] = {"name": retrain_name(name, revision), "namespace": namespace,
-                            "labels": {"speculators.dev/retrains": name}}  # fmt: skip
+                            "labels": {RETRAINS_LABEL: name}}  # fmt: skip
     if uid:
         meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "SpeculatorDeployment", "name": name,
                                     "uid": uid, "controller": False, "blockOwnerDeletion": False}]  # fmt: skip

@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from speculator_operator.api.labels import COMPLETION_INDEX_ANNOTATION
 from speculator_operator.api.podcontract import PROGRESS_FIELDS
 
+COMPLETION_INDEX = COMPLETION_INDEX_ANNOTATION
 LIVE = frozenset({*PROGRESS_FIELDS, "updated"})
 
 
@@ -52,9 +54,6 @@ def reading_due(status: dict[str, Any]) -> bool:
     """Whether a train job's running stage has a progress line to read: a run in flight, in a stage that
     prints one."""
     return status.get("phase") not in ("Succeeded", "Failed") and status.get("stage") in LIVE_STAGES
-
-
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 def stage_pod(pods: list[dict[str, Any]], dialable: Callable[[str], bool]) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from speculator_operator.render.serving import DRAFT_ANNOTATION
+from speculator_operator.api.labels import DRAFT_ANNOTATION
 
 PUBLISHED = re.compile(r"^sha256-[0-9a-f]{16}$")
 

@@ -32,7 +32,7 @@ from typing import Any
 from speculator_operator.api.common import Condition, SecretRef, make_condition, merge_status, now
 from speculator_operator.api.podcontract import FAILED_EVALUATIONS, EvaluationOutcome, StageReport
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.domain.checkpoint.model import MTP_COUNT_KEY
+from speculator_operator.domain.algorithms import MTP_COUNT_KEY, Algorithm
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import progress
 from speculator_operator.planning.retention import retention_due
@@ -198,7 +198,7 @@ def plan(
         )
         return Plan([], [], status, [("Warning", reason, message)])
     assert obs.verifier_layers is not None
-    if spec.algorithm == "mtp" and obs.verifier_model_type not in MTP_COUNT_KEY:
+    if spec.algorithm == Algorithm.MTP.value and obs.verifier_model_type not in MTP_COUNT_KEY:
         message = (
             f"mtp fine-tunes the verifier's native MTP layers and stitches them back for vLLM to serve with method "
             f"mtp; the verifier's model_type is {obs.verifier_model_type!r}, not one of {', '.join(MTP_COUNT_KEY)}"

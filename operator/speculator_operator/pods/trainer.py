@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from speculator_operator import __version__
 from speculator_operator.api.podcontract import StageReport, progress_seconds, report_path
+from speculator_operator.domain.algorithms import Algorithm, Family, in_family
 from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_verifier_config
 from speculator_operator.domain.checkpoint.manifest import LATEST
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE as MARKER
@@ -200,7 +201,8 @@ def causal_as_trained(folder: Path) -> list[str]:
         return []
     layers = (config.get("transformer_layer_config") or {}).get("layer_types")
     if (
-        config.get("speculators_model_type") not in ("dflash", "dflash2", "dspark")
+        not in_family(config.get("speculators_model_type"), Family.DFLASH)
+        or config.get("speculators_model_type") == Algorithm.XPRESS
         or config.get("sliding_window_non_causal") is not False
         or not isinstance(layers, list)
         or not layers

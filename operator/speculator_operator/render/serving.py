@@ -18,6 +18,15 @@ from typing import Any
 
 from speculator_operator.api.common import API_VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.labels import (
+    DEPLOYMENT_LABEL,
+    DRAFT_ANNOTATION,
+    INSTANCE_LABEL,
+    MANAGED_BY_LABEL,
+    NAME_LABEL,
+    REVISION_LABEL,
+)
+from speculator_operator.domain.algorithms import MTP_METHOD, SERVED_AS_DRAFT, Algorithm
 from speculator_operator.domain.checkpoint.manifest import Kind, Manifest
 from speculator_operator.domain.checkpoint.model import Checkpoint
 from speculator_operator.domain.economics import schedule_from_cutoff
@@ -30,7 +39,6 @@ SHM_SIZE = "16Gi"
 SHM = "/dev/shm"  # noqa: S108 - a memory-backed volume for NCCL and the data loaders, not a temp file
 GPU = "nvidia.com/gpu"
 MANAGED_BY = "speculator-operator"
-DRAFT_ANNOTATION = "speculators.dev/draft-location"
 USER_ID = 65532  # the images' non-root user (operator_image/, server_image/, trainer_image/)
 # what the Pod Security Standard `restricted` asks of a pod and of each of its containers
 POD_SECURITY: dict[str, Any] = {
@@ -42,7 +50,7 @@ POD_SECURITY: dict[str, Any] = {
 }
 CONTAINER_SECURITY: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
-METHOD = {"eagle3": "eagle3", "peagle": "eagle3", "dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
+METHOD = SERVED_AS_DRAFT  # speculators_model_type -> vLLM method (the algorithm table)
 
 
 class RenderError(ValueError):
@@ -105,7 +113,7 @@ def draft_of(ck: Checkpoint) -> Draft:
     """What serving needs of an audited checkpoint: an MTP head stitched into its verifier is served as the
     target (method mtp, K defaulting to its layer count), any other draft beside it."""
     if ck.stitched_mtp and ck.mtp_layers is not None:
-        return Draft("mtp", ck.mtp_layers, ck.revision, ck.manifest, stitched=True)
+        return Draft(Algorithm.MTP.value, ck.mtp_layers, ck.revision, ck.manifest, stitched=True)
     if ck.algorithm is None or ck.speculative_tokens is None:
         raise RenderError("the checkpoint has no algorithm or speculative_tokens")
     return Draft(ck.algorithm, ck.speculative_tokens, ck.revision, ck.manifest)
@@ -114,7 +122,7 @@ def draft_of(ck: Checkpoint) -> Draft:
 def draft_config(draft: Draft, vllm: Version, k: int, draft_path: str) -> dict[str, Any]:
     """The long-form --speculative-config's method, model and K for `draft` in vLLM `vllm` (K > 0)."""
     algo = draft.algorithm
-    if algo == "mtp" and not draft.stitched:
+    if algo == Algorithm.MTP and not draft.stitched:
         raise RenderError("an mtp checkpoint is not a loadable draft: stitch it into the verifier (stitch-mtp)")
     if algo not in METHOD and not draft.stitched:
         raise RenderError(f"vLLM {vllm} has no drafter for {algo!r}")
@@ -124,10 +132,10 @@ def draft_config(draft: Draft, vllm: Version, k: int, draft_path: str) -> dict[s
         if k > layers and k % layers:
             raise RenderError(f"numSpeculativeTokens {k} is above the model's {layers} MTP layer(s) and not a "
                               f"multiple of it: vLLM refuses it")  # fmt: skip
-        config: dict[str, Any] = {"method": "mtp", "num_speculative_tokens": k}
+        config: dict[str, Any] = {"method": MTP_METHOD, "num_speculative_tokens": k}
     else:
         config = {"method": METHOD[algo], "model": draft_path, "num_speculative_tokens": k}
-    if algo == "peagle":
+    if algo == Algorithm.PEAGLE:
         if not supports(vllm, "parallel_drafting"):
             raise RenderError(f"P-EAGLE needs parallel_drafting (vLLM >= 0.16), the release pins {vllm}")
         config["parallel_drafting"] = True
@@ -160,10 +168,10 @@ def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any] 
 
 def labels(name: str) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": "speculator-deployment",
-        "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        "speculators.dev/deployment": name,
+        NAME_LABEL: "speculator-deployment",
+        INSTANCE_LABEL: name,
+        MANAGED_BY_LABEL: MANAGED_BY,
+        DEPLOYMENT_LABEL: name,
     }
 
 
@@ -341,9 +349,9 @@ def render(inputs: Inputs) -> Rendered:
         "securityContext": CONTAINER_SECURITY,
     }
     tolerations = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}, *(spec.serving.tolerations or [])]
-    pod_labels = {**labels(name), "speculators.dev/revision": revision}
+    pod_labels = {**labels(name), REVISION_LABEL: revision}
     # what this revision's pods stage: retention never deletes a location a ReplicaSet still names
-    pod_annotations = {"speculators.dev/revision": revision, DRAFT_ANNOTATION: source}
+    pod_annotations = {REVISION_LABEL: revision, DRAFT_ANNOTATION: source}
     pod: dict[str, Any] = {
         "securityContext": POD_SECURITY,
         "enableServiceLinks": False,
@@ -360,7 +368,7 @@ def render(inputs: Inputs) -> Rendered:
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {**_meta(inputs, name), "annotations": {"speculators.dev/revision": revision}},
+        "metadata": {**_meta(inputs, name), "annotations": {REVISION_LABEL: revision}},
         "spec": {
             "replicas": spec.serving.replicas,
             "selector": {"matchLabels": labels(name)},

@@ -26,11 +26,12 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.resource import Resource
 
 from speculator_operator.api.common import GROUP, VERSION
+from speculator_operator.api.labels import APPLIED_ANNOTATION
 from speculator_operator.planning import apply_condition_changes, apply_merge_patch, condition_changes, merge_patch
 from speculator_operator.runtime import metrics
 
+APPLIED = APPLIED_ANNOTATION
 FIELD_MANAGER = "speculator-operator"
-APPLIED = "speculators.dev/applied-hash"
 RETRY_SECONDS = 30
 # how often each object is compared with its children although no event came (controller-runtime's SyncPeriod):
 # a missed event, or what only a read can see (a Job controller's FailedCreate event), is caught by then; the

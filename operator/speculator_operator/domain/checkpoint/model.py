@@ -9,23 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speculator_operator.domain.algorithms import MTP_COUNT_KEY, Algorithm, Family, family_of
 from speculator_operator.domain.checkpoint.manifest import INDEX as INDEX_FILE
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE, Kind, Manifest
 from speculator_operator.domain.checkpoint.manifest import SINGLE as SINGLE_FILE
 from speculator_operator.domain.checkpoint.safetensors_header import HeaderError, TensorInfo, parse_header
 from speculator_operator.domain.checkpoint.sources import Source, SourceError, open_source, read_header
-from speculator_operator.domain.releases import DFLASH_FAMILY, EAGLE_FAMILY
 
 LAYER_RE = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
-# the config key vLLM 0.32.0 reads a stitched MTP model's layer count (n_predict) from, by model_type
-# (config/speculative.py hf_config_override): the families speculators 0.9.0 fine-tunes MTP layers for
-MTP_COUNT_KEY = {
-    "qwen3_next": "num_nextn_predict_layers",
-    "qwen3_5": "mtp_num_hidden_layers",
-    "qwen3_5_text": "mtp_num_hidden_layers",
-    "qwen3_5_moe": "mtp_num_hidden_layers",
-    "qwen3_5_moe_text": "mtp_num_hidden_layers",
-}
 
 
 class CheckpointError(ValueError):
@@ -109,15 +100,8 @@ class Checkpoint:
         return _int(self.config[key]) if key in self.config or not isinstance(nested, dict) else _int(nested.get(key))
 
     @property
-    def family(self) -> str | None:
-        algo = self.algorithm
-        if algo in EAGLE_FAMILY:
-            return "eagle"
-        if algo in DFLASH_FAMILY:
-            return "dflash"
-        if algo == "mtp":
-            return "mtp"
-        return None
+    def family(self) -> Family | None:
+        return family_of(self.algorithm)
 
     @property
     def speculators_version(self) -> str | None:
@@ -156,13 +140,13 @@ class Checkpoint:
 
     @property
     def draft_vocab_size(self) -> int | None:
-        if self.algorithm == "mtp":
+        if self.algorithm == Algorithm.MTP:
             return self.verifier_vocab_size
         return _int(self.config.get("draft_vocab_size"))
 
     @property
     def aux_ids_key(self) -> str:
-        return "eagle_aux_hidden_state_layer_ids" if self.family == "eagle" else "aux_hidden_state_layer_ids"
+        return "eagle_aux_hidden_state_layer_ids" if self.family == Family.EAGLE else "aux_hidden_state_layer_ids"
 
     @property
     def aux_layer_ids(self) -> list[int] | None:

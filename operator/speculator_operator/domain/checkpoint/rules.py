@@ -15,20 +15,26 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeGuard
 
+from speculator_operator.domain.algorithms import (
+    KNOWN,
+    MTP_TRAINABLE_VERIFIERS,
+    Algorithm,
+    Family,
+    in_family,
+    needs_mask_token,
+)
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE, select
 from speculator_operator.domain.checkpoint.model import Checkpoint
 from speculator_operator.domain.checkpoint.safetensors_header import TensorInfo
 from speculator_operator.domain.releases import (
-    ALGORITHMS,
-    DFLASH_FAMILY,
     MIN_VLLM_FOR_ALGORITHM,
     MIN_VLLM_FOR_FEATURE,
     Version,
 )
 
-KNOWN_TYPES = (*ALGORITHMS, "xpress")
+KNOWN_TYPES = KNOWN
 EAGLE_DECODERS = ("llama", "qwen3")
-MTP_VERIFIER_TYPES = ("qwen3", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+MTP_VERIFIER_TYPES = MTP_TRAINABLE_VERIFIERS
 FLOAT_DTYPES = ("BF16", "F16", "F32", "F64")
 
 
@@ -129,9 +135,9 @@ def _is_int(value: Any) -> TypeGuard[int]:
 def _aux_count(ck: Checkpoint) -> int | None:
     """How many aux hidden states the fc layer concatenates (each family's default applied)."""
     ids = ck.config.get(ck.aux_ids_key)
-    if ck.family == "eagle":
+    if ck.family == Family.EAGLE:
         return len(ids) if isinstance(ids, list) and ids else 3
-    if ck.family == "dflash":
+    if ck.family == Family.DFLASH:
         return len(ids) if isinstance(ids, list) else None
     return None
 
@@ -213,7 +219,7 @@ def lossless(ctx: AuditContext) -> Iterator[Finding]:
 @rule("decoder-family", Severity.ERROR, "EAGLE-3/P-EAGLE drafts use a llama or qwen3 decoder layer")
 def decoder_family(ctx: AuditContext) -> Iterator[str]:
     ck = ctx.checkpoint
-    if ck.family != "eagle":
+    if ck.family != Family.EAGLE:
         return
     model_type = ck.layer_config.get("model_type")
     if model_type not in EAGLE_DECODERS:
@@ -225,7 +231,7 @@ def decoder_family(ctx: AuditContext) -> Iterator[str]:
 @rule("hidden-size", Severity.ERROR, "the draft's hidden size is a positive integer and its heads divide")
 def hidden_size(ctx: AuditContext) -> Iterator[str]:
     lc = ctx.checkpoint.layer_config
-    if not _known(ctx.checkpoint) or ctx.checkpoint.algorithm == "mtp":
+    if not _known(ctx.checkpoint) or ctx.checkpoint.algorithm == Algorithm.MTP:
         return
     h, heads, kv = lc.get("hidden_size"), lc.get("num_attention_heads"), lc.get("num_key_value_heads")
     if not _is_int(h):
@@ -240,12 +246,12 @@ def hidden_size(ctx: AuditContext) -> Iterator[str]:
 @rule("aux-layer-ids", Severity.ERROR, "aux hidden-state layer ids are present where required, distinct, >= 0")
 def aux_layer_ids(ctx: AuditContext) -> Iterator[str]:
     ck = ctx.checkpoint
-    if ck.family not in ("eagle", "dflash"):
+    if ck.family not in (Family.EAGLE, Family.DFLASH):
         return
     key = ck.aux_ids_key
     ids = ck.config.get(key)
     if ids is None or ids == []:
-        if ck.family == "dflash":
+        if ck.family == Family.DFLASH:
             yield f"{key} is missing: {ck.algorithm} has no default and vLLM requires it"
         return
     if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
@@ -261,7 +267,7 @@ def aux_layer_ids(ctx: AuditContext) -> Iterator[str]:
 def fc_shape(ctx: AuditContext) -> Iterator[str]:
     ck = ctx.checkpoint
     h, a = ck.hidden_size, _aux_count(ck)
-    if ck.family not in ("eagle", "dflash") or h is None or a is None:
+    if ck.family not in (Family.EAGLE, Family.DFLASH) or h is None or a is None:
         return
     fc = ck.tensor("fc.weight")
     if fc is None:
@@ -277,9 +283,9 @@ def lm_head(ctx: AuditContext) -> Iterator[str]:
     ck = ctx.checkpoint
     head = ck.tensor("lm_head.weight")
     h, vd, v = ck.hidden_size, ck.draft_vocab_size, ck.verifier_vocab_size
-    if ck.family == "eagle":
+    if ck.family == Family.EAGLE:
         expected = True
-    elif ck.family == "dflash":
+    elif ck.family == Family.DFLASH:
         if vd is None or v is None:
             return
         expected = vd != v  # the DFlash family saves lm_head only for a pruned vocabulary
@@ -294,7 +300,7 @@ def lm_head(ctx: AuditContext) -> Iterator[str]:
 @rule("embed-tokens", Severity.ERROR, "embed_tokens, where present, is [verifier_vocab, hidden] for EAGLE-3/P-EAGLE")
 def embed_tokens(ctx: AuditContext) -> Iterator[str]:
     ck = ctx.checkpoint
-    if ck.family != "eagle":
+    if ck.family != Family.EAGLE:
         return
     emb, h, v = ck.tensor("embed_tokens.weight"), ck.hidden_size, ck.verifier_vocab_size
     if emb is not None and h is not None and v is not None and list(emb.shape) != [v, h]:
@@ -308,18 +314,18 @@ def embed_tokens(ctx: AuditContext) -> Iterator[str]:
 @rule("embed-tokens-shared", Severity.INFO, "an EAGLE draft without embed_tokens is served on the verifier's")
 def embed_tokens_shared(ctx: AuditContext) -> Iterator[str]:
     ck = ctx.checkpoint
-    if ck.family == "eagle" and ck.tensor("embed_tokens.weight") is None:
+    if ck.family == Family.EAGLE and ck.tensor("embed_tokens.weight") is None:
         yield "embed_tokens.weight is absent: vLLM shares the verifier's embedding with the draft"
 
 
 @rule("vocab-maps", Severity.ERROR, "t2d (bool [V]) and d2t (int64 [Vd]) exist exactly when the vocab is pruned")
 def vocab_maps(ctx: AuditContext) -> Iterator[str]:
     ck = ctx.checkpoint
-    if ck.family not in ("eagle", "dflash"):
+    if ck.family not in (Family.EAGLE, Family.DFLASH):
         return
     vd, v = ck.draft_vocab_size, ck.verifier_vocab_size
     if vd is None or v is None:
-        if ck.algorithm != "mtp":
+        if ck.algorithm != Algorithm.MTP:
             yield f"draft_vocab_size ({vd!r}) or transformer_layer_config.vocab_size ({v!r}) is missing"
         return
     t2d, d2t = ck.tensor("t2d"), ck.tensor("d2t")
@@ -344,22 +350,22 @@ def vocab_maps(ctx: AuditContext) -> Iterator[str]:
 def layer0_attention(ctx: AuditContext) -> Iterator[str]:
     ck = ctx.checkpoint
     h = ck.hidden_size
-    if ck.family not in ("eagle", "dflash") or h is None:
+    if ck.family not in (Family.EAGLE, Family.DFLASH) or h is None:
         return
-    want = 2 * h if ck.family == "eagle" else h
+    want = 2 * h if ck.family == Family.EAGLE else h
     for proj in ("q_proj", "k_proj", "v_proj"):
         t = ck.tensor(f"layers.0.self_attn.{proj}.weight")
         if t is None:
             yield f"layers.0.self_attn.{proj}.weight is missing"
         elif len(t.shape) != 2 or t.shape[1] != want:
-            why = "2 x hidden: token embedding and fc output" if ck.family == "eagle" else "hidden"
+            why = "2 x hidden: token embedding and fc output" if ck.family == Family.EAGLE else "hidden"
             yield f"layers.0.self_attn.{proj}.weight is {list(t.shape)}; in-features must be {want} ({why})"
 
 
 @rule("layer-count", Severity.ERROR, "the checkpoint has exactly num_hidden_layers decoder layers")
 def layer_count(ctx: AuditContext) -> Iterator[str]:
     ck = ctx.checkpoint
-    if ck.family not in ("eagle", "dflash"):
+    if ck.family not in (Family.EAGLE, Family.DFLASH):
         return
     n = ck.num_layers
     found = ck.layer_indices()
@@ -376,29 +382,33 @@ def speculative_tokens(ctx: AuditContext) -> Iterator[str]:
     if k is None:
         return
     cfg = ck.config
-    if ck.algorithm in DFLASH_FAMILY:
+    if in_family(ck.algorithm, Family.DFLASH):
         block = cfg.get("block_size")
         if not _is_int(block) or block < 2:
             yield f"block_size must be an integer >= 2, got {block!r}"
             return
-        default_anchor = ck.algorithm == "dspark"
+        default_anchor = ck.algorithm == Algorithm.DSPARK
         anchor = cfg.get("sample_from_anchor", default_anchor)
         want = block if anchor else block - 1
         if k != want:
             how = "sample_from_anchor is true" if anchor else "sample_from_anchor is false or absent"
             yield f"speculative_tokens is {k} with block_size {block}; {how}, so it must be {want}"
-    elif ck.algorithm == "eagle3" and _is_int(cfg.get("ttt_steps")) and cfg["ttt_steps"] != k:
+    elif ck.algorithm == Algorithm.EAGLE3 and _is_int(cfg.get("ttt_steps")) and cfg["ttt_steps"] != k:
         yield f"speculative_tokens is {k} but ttt_steps is {cfg['ttt_steps']}"
-    elif ck.algorithm == "peagle" and _is_int(cfg.get("num_depths")) and cfg["num_depths"] != k:
+    elif ck.algorithm == Algorithm.PEAGLE and _is_int(cfg.get("num_depths")) and cfg["num_depths"] != k:
         yield f"speculative_tokens is {k} but num_depths is {cfg['num_depths']}"
-    elif ck.algorithm == "mtp" and _is_int(cfg.get("num_speculative_steps")) and cfg["num_speculative_steps"] != k:
+    elif (
+        ck.algorithm == Algorithm.MTP
+        and _is_int(cfg.get("num_speculative_steps"))
+        and cfg["num_speculative_steps"] != k
+    ):
         yield f"speculative_tokens is {k} but num_speculative_steps is {cfg['num_speculative_steps']}"
 
 
 @rule("mask-token", Severity.ERROR, "P-EAGLE and DFlash-family drafts carry the mask_token_id vLLM requires")
 def mask_token(ctx: AuditContext) -> Iterator[str]:
     ck = ctx.checkpoint
-    if (ck.algorithm == "peagle" or ck.algorithm in DFLASH_FAMILY) and not _is_int(ck.config.get("mask_token_id")):
+    if needs_mask_token(ck.algorithm) and not _is_int(ck.config.get("mask_token_id")):
         yield f"mask_token_id is {ck.config.get('mask_token_id')!r}; vLLM requires it for {ck.algorithm}"
 
 
@@ -406,21 +416,21 @@ def mask_token(ctx: AuditContext) -> Iterator[str]:
 def algorithm_specific(ctx: AuditContext) -> Iterator[str]:
     ck, cfg = ctx.checkpoint, ctx.checkpoint.config
     v = ck.verifier_vocab_size
-    if ck.algorithm == "dflash2" and v is not None:
+    if ck.algorithm == Algorithm.DFLASH2 and v is not None:
         if ck.draft_vocab_size is not None and ck.draft_vocab_size != v:
             yield f"dflash2 needs the full vocabulary: draft_vocab_size {ck.draft_vocab_size} != {v}"
         top_k = cfg.get("selector_top_k")
         if _is_int(top_k) and top_k > v:
             yield f"selector_top_k {top_k} exceeds the vocabulary {v}"
     if (
-        ck.algorithm == "dspark"
+        ck.algorithm == Algorithm.DSPARK
         and cfg.get("enable_confidence_head", True)
         and cfg.get("confidence_head_with_markov", True)
         and _is_int(cfg.get("markov_rank"))
         and cfg["markov_rank"] <= 0
     ):
         yield f"dspark: confidence_head_with_markov needs markov_rank > 0, got {cfg['markov_rank']}"
-    if ck.algorithm == "mtp" and cfg.get("num_nextn_predict_layers", 1) != 1:
+    if ck.algorithm == Algorithm.MTP and cfg.get("num_nextn_predict_layers", 1) != 1:
         yield f"mtp: num_nextn_predict_layers must be 1, got {cfg.get('num_nextn_predict_layers')!r}"
 
 
@@ -483,7 +493,7 @@ def verifier_architecture(ctx: AuditContext) -> Iterator[str]:
         and not set(recorded) & set(served)
     ):
         yield f"the draft was trained against {recorded}, the verifier is {served}"
-    if ctx.checkpoint.algorithm == "mtp":
+    if ctx.checkpoint.algorithm == Algorithm.MTP:
         model_type = ctx.verifier_text.get("model_type")
         if model_type not in MTP_VERIFIER_TYPES:
             yield f"mtp needs a verifier with native MTP layers ({', '.join(MTP_VERIFIER_TYPES)}), got {model_type!r}"
@@ -570,10 +580,10 @@ def provenance(ctx: AuditContext) -> Iterator[str]:
 def vllm_loadable(ctx: AuditContext) -> Iterator[str]:
     algo, vllm = ctx.checkpoint.algorithm, ctx.vllm
     assert vllm is not None
-    if algo == "mtp":
+    if algo == Algorithm.MTP:
         yield "an mtp checkpoint is not loadable as a draft: run `speculators stitch-mtp` into the verifier and "
         'serve that with {"method": "mtp"}'
-    elif algo == "xpress":
+    elif algo == Algorithm.XPRESS:
         yield f"vLLM {vllm} has no xpress drafter"
     elif algo in MIN_VLLM_FOR_ALGORITHM and vllm < MIN_VLLM_FOR_ALGORITHM[algo]:
         yield f"{algo} needs vLLM >= {MIN_VLLM_FOR_ALGORITHM[algo]}, the pinned vLLM is {vllm}"
@@ -584,15 +594,15 @@ def vllm_features(ctx: AuditContext) -> Iterator[str]:
     ck, vllm = ctx.checkpoint, ctx.vllm
     assert vllm is not None
     used = []
-    if ck.family == "eagle":
+    if ck.family == Family.EAGLE:
         if ck.layer_config.get("model_type") == "qwen3":
             used.append(("eagle3-qwen3-decoder", "a qwen3 decoder layer"))
         for key in ("norm_before_fc", "fc_norm", "norm_output"):
             if ck.config.get(key) is True:
                 used.append((key, f"{key}: true"))
-    if ck.algorithm in DFLASH_FAMILY and "sliding_window_non_causal" in ck.config:
+    if in_family(ck.algorithm, Family.DFLASH) and "sliding_window_non_causal" in ck.config:
         used.append(("sliding_window_non_causal", "sliding_window_non_causal"))
-    if ck.algorithm == "dspark" and ck.config.get("sample_from_anchor") is not None:
+    if ck.algorithm == Algorithm.DSPARK and ck.config.get("sample_from_anchor") is not None:
         used.append(("sample_from_anchor", "sample_from_anchor"))
     for feature, what in used:
         need = MIN_VLLM_FOR_FEATURE[feature]
@@ -603,14 +613,14 @@ def vllm_features(ctx: AuditContext) -> Iterator[str]:
 @rule("vllm-defaults", Severity.ERROR, "absent keys that vLLM reads differently from speculators", needs="vllm")
 def vllm_defaults(ctx: AuditContext) -> Iterator[str | Finding]:
     ck, cfg = ctx.checkpoint, ctx.checkpoint.config
-    if ck.algorithm == "eagle3" and "norm_before_residual" not in cfg:
+    if ck.algorithm == Algorithm.EAGLE3 and "norm_before_residual" not in cfg:
         yield "norm_before_residual is absent: speculators reads it as false, vLLM serves it as true"
-    if ck.algorithm in ("dflash", "dspark") and "sliding_window_non_causal" not in cfg:
+    if ck.algorithm in (Algorithm.DFLASH, Algorithm.DSPARK) and "sliding_window_non_causal" not in cfg:
         yield (
             "sliding_window_non_causal is absent: speculators reads it as false (causal), vLLM serves every "
             "draft layer non-causal"
         )
-    if ck.family == "eagle" and not ck.config.get(ck.aux_ids_key):
+    if ck.family == Family.EAGLE and not ck.config.get(ck.aux_ids_key):
         layers = ctx.verifier_int("num_hidden_layers")
         served = f"({2}, {layers // 2}, {layers - 3})" if layers else "(2, L//2, L-3) of the verifier"
         yield Finding(
@@ -640,13 +650,13 @@ def _full_attention_layers(ck: Checkpoint) -> list[int] | None:
 @rule("vllm-servable", Severity.ERROR, "options the pinned vLLM cannot serve", needs="vllm")
 def vllm_servable(ctx: AuditContext) -> Iterator[str]:
     ck, cfg = ctx.checkpoint, ctx.checkpoint.config
-    full = _full_attention_layers(ck) if ck.algorithm in DFLASH_FAMILY else None
+    full = _full_attention_layers(ck) if in_family(ck.algorithm, Family.DFLASH) else None
     if full and cfg.get("sliding_window_non_causal") is False:
         yield (
             f"sliding_window_non_causal is false: vLLM {ctx.vllm} serves every draft layer causal, but speculators "
             f"trained full-attention layer(s) {full} non-causal"
         )
-    if ck.algorithm in ("dflash", "dflash2") and cfg.get("sample_from_anchor") is True:
+    if ck.algorithm in (Algorithm.DFLASH, Algorithm.DFLASH2) and cfg.get("sample_from_anchor") is True:
         yield f"sample_from_anchor is true: vLLM {ctx.vllm}'s DFlash drafter rejects it"
 
 
@@ -655,15 +665,15 @@ def vllm_runner(ctx: AuditContext) -> Iterator[str]:
     """vLLM 0.32.0 config/vllm.py _get_v1_model_runner_unsupported_features: its V1 runner refuses these at
     start-up (a DFlash2 would otherwise draft without its candidate head, silently)."""
     ck = ctx.checkpoint
-    if ck.algorithm not in DFLASH_FAMILY:
+    if not in_family(ck.algorithm, Family.DFLASH):
         return
     needs = []
-    if ck.algorithm == "dflash2":
+    if ck.algorithm == Algorithm.DFLASH2:
         needs.append("the candidate head of a DFlash2 draft")
     full = _full_attention_layers(ck)
     if full and ck.num_layers is not None and len(full) < ck.num_layers:
         needs.append("mixed sliding-window and full-attention layers")
-    if ck.algorithm == "dspark":
+    if ck.algorithm == Algorithm.DSPARK:
         needs.append("a DSpark draft")
     if needs:
         yield (

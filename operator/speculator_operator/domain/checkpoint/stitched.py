@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from speculator_operator.domain.checkpoint.model import MTP_COUNT_KEY
+from speculator_operator.domain.algorithms import MTP_COUNT_KEY
 from speculator_operator.domain.checkpoint.rules import AuditContext, Finding, Severity
 
 NORMS = ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight")

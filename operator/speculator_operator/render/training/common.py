@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speculator_operator.api.common import API_VERSION
+from speculator_operator.api.labels import INSTANCE_LABEL, MANAGED_BY_LABEL, NAME_LABEL, STAGE_LABEL, TRAINJOB_LABEL
 from speculator_operator.api.trainjob import PodOptions, SpeculatorTrainJobSpec
+from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.releases import Release, pinned
 from speculator_operator.render.serving import (
     CONTAINER_SECURITY,
@@ -53,7 +55,7 @@ class Inputs:
 
 def final_checkpoint(inputs: Inputs) -> str:
     """What the audit reads and the publish writes: an mtp head stitched into its verifier, else the draft."""
-    return STITCHED if inputs.spec.algorithm == "mtp" else CHECKPOINTS
+    return STITCHED if inputs.spec.algorithm == Algorithm.MTP.value else CHECKPOINTS
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def verifier_facts(config: dict[str, Any]) -> tuple[int, str | None, int | None]
 def target_layers(inputs: Inputs) -> list[int]:
     """The layers the draft reads (speculators' default [2, L//2, L-3]); mtp reads the last layer only."""
     n = inputs.verifier_layers
-    if inputs.spec.algorithm == "mtp":
+    if inputs.spec.algorithm == Algorithm.MTP.value:
         return [n]
     ids = inputs.spec.draft.target_layer_ids or [2, n // 2, n - 3]
     bad = [i for i in ids if not 0 <= i < n]
@@ -101,7 +103,7 @@ def target_layers(inputs: Inputs) -> list[int]:
 def extraction_layers(inputs: Inputs) -> list[int]:
     """What vLLM extracts: the target layers and the last layer (the verifier's own last hidden state)."""
     ids = target_layers(inputs)
-    return ids if inputs.spec.algorithm == "mtp" else [*ids, inputs.verifier_layers]
+    return ids if inputs.spec.algorithm == Algorithm.MTP.value else [*ids, inputs.verifier_layers]
 
 
 def _short(name: str, suffix: str, limit: int = 63) -> str:
@@ -129,13 +131,13 @@ def claim_name(inputs: Inputs) -> str:
 
 def labels(name: str, stage: str | None = None) -> dict[str, str]:
     out = {
-        "app.kubernetes.io/name": "speculator-trainjob",
-        "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        "speculators.dev/trainjob": name,
+        NAME_LABEL: "speculator-trainjob",
+        INSTANCE_LABEL: name,
+        MANAGED_BY_LABEL: MANAGED_BY,
+        TRAINJOB_LABEL: name,
     }
     if stage:
-        out["speculators.dev/stage"] = stage
+        out[STAGE_LABEL] = stage
     return out
 
 

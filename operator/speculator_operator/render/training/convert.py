@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.render.training.common import (
     CHECKPOINTS,
     CONVERT_SOURCE,
@@ -34,15 +35,15 @@ def convert_kwargs(inputs: Inputs) -> dict[str, Any]:
     assert spec.convert is not None
     kwargs: dict[str, Any] = {}
     layers = spec.draft.target_layer_ids
-    if spec.algorithm == "eagle3":
+    if spec.algorithm == Algorithm.EAGLE3.value:
         if spec.convert.norm_before_residual is not None:
             kwargs["norm_before_residual"] = spec.convert.norm_before_residual
         if layers:
             kwargs["eagle_aux_hidden_state_layer_ids"] = list(layers)
-    elif spec.algorithm == "dflash":
+    elif spec.algorithm == Algorithm.DFLASH.value:
         if layers:
             kwargs["aux_hidden_state_layer_ids"] = list(layers)
-    elif spec.algorithm == "mtp" and spec.draft.num_speculative_steps is not None:
+    elif spec.algorithm == Algorithm.MTP.value and spec.draft.num_speculative_steps is not None:
         kwargs["num_speculative_steps"] = spec.draft.num_speculative_steps
     return kwargs
 
@@ -66,7 +67,7 @@ def convert_stage(inputs: Inputs) -> Stage | None:
 
 
 def stitch_stage(inputs: Inputs) -> Stage | None:
-    if inputs.spec.algorithm != "mtp":
+    if inputs.spec.algorithm != Algorithm.MTP.value:
         return None
     command = ["speculators", "stitch-mtp", CHECKPOINTS, VERIFIER, "--output-path", STITCHED]
     container = _container(inputs.release.image("trainer"), _wrapped("stitch", command))

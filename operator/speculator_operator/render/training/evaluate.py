@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from speculator_operator.api.podcontract import FAILED_EVALUATIONS, ExitCode
+from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.render.serving import PORT
 from speculator_operator.render.training.common import (
     HELD_OUT,
@@ -67,7 +68,7 @@ def evaluator_args(inputs: Inputs) -> list[str]:
     the checkpoint). An mtp head stitched into the verifier is served as the target model itself; its
     served name stays the verifier's path, which the client asks for."""
     hs = inputs.spec.hidden_states
-    model = final_checkpoint(inputs) if inputs.spec.algorithm == "mtp" else VERIFIER
+    model = final_checkpoint(inputs) if inputs.spec.algorithm == Algorithm.MTP.value else VERIFIER
     return [
         "serve", model,
         "--served-model-name", VERIFIER,

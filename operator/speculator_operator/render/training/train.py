@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from speculator_operator.domain.releases import DFLASH_FAMILY, Release
+from speculator_operator.domain.algorithms import Algorithm, Family, in_family
+from speculator_operator.domain.releases import Release
 from speculator_operator.render.serving import (
     RenderError,
 )
@@ -102,19 +103,19 @@ def train_command(inputs: Inputs) -> list[str]:
         "--total-seq-len", str(spec.dataset.seq_length),
         "--hidden-states-backend", spec.hidden_states.backend,
     ]  # fmt: skip
-    if spec.algorithm != "mtp":
+    if spec.algorithm != Algorithm.MTP.value:
         args += ["--target-layer-ids", *map(str, target_layers(inputs))]
     optional: list[tuple[str, Any]] = [
         ("--lr", spec.training.lr), ("--num-layers", draft.num_layers), ("--draft-arch", draft.draft_arch),
         ("--draft-vocab-size", draft.draft_vocab_size), ("--from-pretrained", draft.from_pretrained),
     ]  # fmt: skip
-    if spec.algorithm in DFLASH_FAMILY:
+    if in_family(spec.algorithm, Family.DFLASH):
         optional.append(("--block-size", draft.block_size))
-    if spec.algorithm == "eagle3":
+    if spec.algorithm == Algorithm.EAGLE3.value:
         optional.append(("--ttt-steps", draft.ttt_steps))
-    if spec.algorithm == "peagle":
+    if spec.algorithm == Algorithm.PEAGLE.value:
         optional.append(("--num-depths", draft.num_depths))
-    if spec.algorithm == "mtp":
+    if spec.algorithm == Algorithm.MTP.value:
         optional.append(("--num-speculative-steps", draft.num_speculative_steps))
     for flag, value in optional:
         if value is not None:

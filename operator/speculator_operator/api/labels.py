@@ -1,0 +1,21 @@
+"""Label and annotation keys of the objects the operator makes and reads, one name each (docs/reference/labels.md).
+A test fails when another module spells one as a literal."""
+
+from __future__ import annotations
+
+# Kubernetes' recommended labels (kubernetes.io/docs/concepts/overview/working-with-objects/common-labels)
+NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+# set by the Job controller on an Indexed Job's pods
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+# ours
+DEPLOYMENT_LABEL = "speculators.dev/deployment"  # children of a SpeculatorDeployment: its name
+TRAINJOB_LABEL = "speculators.dev/trainjob"  # children of a SpeculatorTrainJob: its name
+STAGE_LABEL = "speculators.dev/stage"  # a train job's child: its stage (or server role)
+REVISION_LABEL = "speculators.dev/revision"  # serving pods: the coherent revision (label and annotation)
+RETRAINS_LABEL = "speculators.dev/retrains"  # a train job a deployment started: the deployment's name
+DRAFT_ANNOTATION = "speculators.dev/draft-location"  # serving pods: the exact draft location read
+APPLIED_ANNOTATION = "speculators.dev/applied-hash"  # any child: the hash of its rendered form as last applied

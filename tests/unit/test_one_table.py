@@ -1,0 +1,73 @@
+"""One table per fact: algorithm names live in domain/algorithms.py and label keys in api/labels.py; any other
+module of the package that spells one as a string literal fails here (prose that mentions them does not)."""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from pathlib import Path
+from typing import get_args
+
+from speculator_operator.api import labels
+from speculator_operator.api.trainjob import Algorithm as SpecAlgorithm
+from speculator_operator.domain import algorithms
+from speculator_operator.domain.releases import MIN_VLLM_FOR_ALGORITHM
+
+PACKAGE = Path(algorithms.__file__).resolve().parents[1]
+ALGORITHM_NAMES = {a.value for a in algorithms.Algorithm} | {f.value for f in algorithms.Family}
+LABEL_KEYS = {v for k, v in vars(labels).items() if k.isupper() and isinstance(v, str)}
+# the one place a literal must stay: a Literal type the CRD schema is made from (checked against the table below)
+SPELLED_FOR_THE_SCHEMA = {
+    ("api/trainjob.py", 'Algorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]')
+}
+
+
+def literals(source: str, names: set[str]) -> list[tuple[int, str, str]]:
+    """(line, literal, the line's text) of each string literal that is exactly one of `names`."""
+    found = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type != tokenize.STRING:
+            continue
+        match = re.fullmatch(r"""[rRbBuU]?(['"])(.*)\1""", tok.string, flags=re.S)
+        if match and match[2] in names:
+            found.append((tok.start[0], match[2], tok.line.strip()))
+    return found
+
+
+def spelled_outside(owner: str, names: set[str]) -> list[str]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel == owner:
+            continue
+        for line, literal, text in literals(path.read_text(), names):
+            if (rel, text) not in SPELLED_FOR_THE_SCHEMA:
+                out.append(f"{rel}:{line}: {literal!r}")
+    return out
+
+
+def test_the_scanner_finds_a_literal_and_leaves_prose_alone() -> None:
+    source = 'if algo == "dspark":\n    why = "dspark drafts need a mask"\nlabel = "speculators.dev/stage"\n'
+    assert [f[1] for f in literals(source, ALGORITHM_NAMES)] == ["dspark"]
+    assert [f[1] for f in literals(source, LABEL_KEYS)] == ["speculators.dev/stage"]
+
+
+def test_no_module_spells_an_algorithm_outside_the_table() -> None:
+    assert spelled_outside("domain/algorithms.py", ALGORITHM_NAMES) == []
+
+
+def test_no_module_spells_a_label_or_annotation_key_outside_labels() -> None:
+    assert spelled_outside("api/labels.py", LABEL_KEYS) == []
+
+
+def test_what_is_spelled_for_the_schema_and_derived_agrees_with_the_table() -> None:
+    assert get_args(SpecAlgorithm) == algorithms.TRAINABLE
+    assert {a: str(v) for a, v in MIN_VLLM_FOR_ALGORITHM.items()} == {
+        a.value: str(row.min_vllm) for a, row in algorithms.TABLE.items() if row.min_vllm is not None
+    }
+    # every algorithm vLLM loads as a draft has a minimum vLLM, and one served stitched has none
+    for name, row in algorithms.TABLE.items():
+        assert (row.vllm_method is not None) == (row.min_vllm is not None), name
+        assert not (row.stitched and row.vllm_method), name
+    assert set(algorithms.MTP_TRAINABLE_VERIFIERS) <= set(algorithms.MTP_VERIFIERS)
