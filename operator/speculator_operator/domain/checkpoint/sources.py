@@ -10,6 +10,7 @@ the revision is the digest of that listing; a hub repo is one model_info call at
 from __future__ import annotations
 
 import functools
+import gzip
 import json
 import os
 import re
@@ -350,27 +351,36 @@ def s3_client(credentials: Mapping[str, str] | None = None) -> Any:
 _making = threading.Lock()
 
 
-def _botocore_session() -> Any:
-    """A botocore session whose service models load as plain dicts. botocore decodes its JSON models into
-    OrderedDicts (ordered dicts were not the language's when it was written): S3's model and the endpoint
-    tables are 12 MiB so, 8 MiB as dicts, and the operator keeps its clients for its whole life. The
-    loader otherwise is botocore's own, AWS_DATA_PATH included."""
-    import json
+class PlainJSONFileLoader:
+    """botocore's file-loader interface (`exists`, `load_file`: a path without its .json or .json.gz) that
+    decodes the service models into plain dicts. botocore's own JSONFileLoader decodes them into OrderedDicts
+    (ordered dicts were not the language's when it was written): S3's model and the endpoint tables are
+    12 MiB so, 8 MiB as dicts, and the operator keeps its clients for its whole life
+    (docs/operations/memory.md has the measurement)."""
 
+    SUFFIXES = ((".json", open), (".json.gz", gzip.open))
+
+    def exists(self, file_path: str) -> bool:
+        return any(os.path.isfile(file_path + suffix) for suffix, _ in self.SUFFIXES)
+
+    def load_file(self, file_path: str) -> Any:
+        for suffix, opener in self.SUFFIXES:
+            if os.path.isfile(file_path + suffix):
+                with opener(file_path + suffix, "rb") as fp:
+                    return json.loads(fp.read().decode("utf-8"))
+        return None
+
+
+def botocore_session() -> Any:
+    """A botocore session whose service models load as plain dicts (PlainJSONFileLoader), through botocore's
+    public Loader with the search path botocore itself would use (AWS_DATA_PATH included)."""
     import botocore.session
-    from botocore.loaders import JSONFileLoader, create_loader
-
-    class PlainJSONFileLoader(JSONFileLoader):  # type: ignore[misc]  # botocore has no type hints
-        def _load_file(self, full_path: str, open_method: Any) -> Any:
-            if not os.path.isfile(full_path):
-                return None
-            with open_method(full_path, "rb") as fp:
-                return json.loads(fp.read().decode("utf-8"))
+    from botocore.loaders import Loader
 
     session = botocore.session.Session()
-    loader = create_loader(session.get_config_variable("data_path"))
-    loader.file_loader = PlainJSONFileLoader()
-    session.register_component("data_loader", loader)
+    data_path = session.get_config_variable("data_path")
+    extra = [os.path.expanduser(os.path.expandvars(p)) for p in data_path.split(os.pathsep)] if data_path else None
+    session.register_component("data_loader", Loader(extra_search_paths=extra, file_loader=PlainJSONFileLoader()))
     return session
 
 
@@ -380,7 +390,7 @@ def _s3_client(values: tuple[str | None, ...]) -> Any:
     from botocore.config import Config
 
     creds = {k: v for k, v in zip(_S3_KEYS, values, strict=True) if v}
-    return boto3.session.Session(botocore_session=_botocore_session()).client(
+    return boto3.session.Session(botocore_session=botocore_session()).client(
         "s3",
         endpoint_url=creds.get("AWS_ENDPOINT_URL_S3") or creds.get("AWS_ENDPOINT_URL") or None,
         aws_access_key_id=creds.get("AWS_ACCESS_KEY_ID") or None,
