@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -30,10 +33,22 @@ def test_the_s3_client_works_from_models_loaded_as_plain_dicts() -> None:
     assert "X-Amz-Signature=" in url or "Signature=" in url
 
 
-def test_arenas_are_capped_unless_the_environment_says_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert allocator.limit_arenas() is True  # glibc here
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
-    assert allocator.limit_arenas() is False  # glibc read the variable at start: it stands
+def _limit_arenas_in_a_process_of_its_own(env: dict[str, str]) -> bool:
+    """allocator.limit_arenas() in a fresh interpreter: mallopt changes the whole process's allocator, which
+    is not the test session's to change."""
+    code = (
+        "import sys; from speculator_operator.runtime import allocator; sys.exit(0 if allocator.limit_arenas() else 1)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode == 0
+
+
+def test_arenas_are_capped_unless_the_environment_says_otherwise() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    assert _limit_arenas_in_a_process_of_its_own(env) is True  # glibc here
+    # glibc read the variable at start: it stands
+    assert _limit_arenas_in_a_process_of_its_own({**env, "MALLOC_ARENA_MAX": "4"}) is False
 
 
 def _resident() -> int:
