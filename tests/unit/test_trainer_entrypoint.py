@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from speculator_operator.api import podcontract
-from speculator_operator.domain.checkpoint import CheckpointError, audit, load_checkpoint
-from speculator_operator.domain.checkpoint.manifest import LATEST
+from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_checkpoint
+from speculator_operator.domain.checkpoint.manifest import LATEST, PROVENANCE
 from speculator_operator.domain.checkpoint.safetensors_header import header_length, parse_header
 from speculator_operator.pods import trainer
-from speculator_operator.pods.trainer import NOT_STITCHED, _stitched_from
+from speculator_operator.pods.trainer.run import NOT_STITCHED, _stitched_from
 
 from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint, write_safetensors
 
@@ -67,14 +67,14 @@ def test_reports_fit_the_termination_message(report_file: Path) -> None:
 
 def test_the_checkpoint_is_checkpoint_best_else_the_last_epoch_else_the_folder(tmp_path: Path) -> None:
     root = saved_run(tmp_path / "run")
-    assert trainer.checkpoint_dir(root) == (root / "0").resolve()
+    assert checkpoint_dir(root) == (root / "0").resolve()
     (root / "checkpoint_best").unlink()
-    assert trainer.checkpoint_dir(root) == root / "1"
+    assert checkpoint_dir(root) == root / "1"
     dry = tmp_path / "dry"
     write_checkpoint(dry, *eagle3(SMALL_QWEN3, draft_vocab=1024))
-    assert trainer.checkpoint_dir(dry) == dry
+    assert checkpoint_dir(dry) == dry
     with pytest.raises(CheckpointError):
-        trainer.checkpoint_dir(tmp_path / "empty")
+        checkpoint_dir(tmp_path / "empty")
 
 
 def test_publish_to_a_folder_never_overwrites_and_points_latest_at_the_new_location(
@@ -91,10 +91,10 @@ def test_publish_to_a_folder_never_overwrites_and_points_latest_at_the_new_locat
     published = target / folder
     names = sorted(p.name for p in published.iterdir())
     assert "optimizer_state_dict.pt" not in names
-    assert trainer.MARKER in names
+    assert PROVENANCE in names
     config = json.loads((published / "config.json").read_text())
     assert config["speculators_config"]["verifier"]["name_or_path"] == "Qwen/Qwen3-8B"  # not the pod path
-    marker = json.loads((published / trainer.MARKER).read_text())
+    marker = json.loads((published / PROVENANCE).read_text())
     assert marker["digest"] == first["digest"]
     assert marker["verifierRevision"] == "sha-1"
     assert marker["location"] == first["uri"]
@@ -159,7 +159,7 @@ def test_the_same_bytes_for_another_verifier_revision_get_their_own_folder(tmp_p
     second = json.loads(report_file.read_text())
     assert second["digest"] == first["digest"]  # the same files ...
     assert second["uri"] != first["uri"]  # ... but each record says what its copy was trained for
-    records = [json.loads((Path(r["uri"]) / trainer.MARKER).read_text()) for r in (first, second)]
+    records = [json.loads((Path(r["uri"]) / PROVENANCE).read_text()) for r in (first, second)]
     assert [r["verifierRevision"] for r in records] == ["rev-a", "rev-b"]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from speculator_operator.api import podcontract
+from speculator_operator.domain.checkpoint.manifest import PROVENANCE
 from speculator_operator.pods import trainer
 
 from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint
@@ -113,9 +114,9 @@ def test_publish_to_the_hub_is_one_commit_naming_the_verifier(
     assert repo == "acme/tiny-draft"
     assert "Qwen/Qwen3-8B@abc123" in summary
     assert "ml/q" in summary
-    assert set(paths) == {"config.json", "model.safetensors", trainer.MARKER}
+    assert set(paths) == {"config.json", "model.safetensors", PROVENANCE}
     config = json.loads(hub.repos[repo]["config.json"])
     assert config["speculators_config"]["verifier"]["name_or_path"] == "Qwen/Qwen3-8B"
     out = json.loads(report.read_text())
     assert out["uri"].startswith("hf://acme/tiny-draft@")
-    assert json.loads(hub.repos[repo][trainer.MARKER])["digest"] == out["digest"]
+    assert json.loads(hub.repos[repo][PROVENANCE])["digest"] == out["digest"]

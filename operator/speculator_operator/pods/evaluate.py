@@ -25,7 +25,7 @@ from speculator_operator.api.podcontract import EvaluationOutcome, ExitCode
 from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_dir, load_checkpoint, load_verifier_config
 from speculator_operator.domain.economics import pair_cost_ratio
 from speculator_operator.pods.holdout import EvaluationError
-from speculator_operator.pods.trainer import report
+from speculator_operator.pods.trainer.report import report
 from speculator_operator.render.serving import RenderError, draft_of
 from speculator_operator.telemetry.acceptance import (
     Economics,

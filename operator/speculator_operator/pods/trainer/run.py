@@ -1,21 +1,10 @@
-"""What runs inside a SpeculatorTrainJob's pods (the trainer image): `speculator-operator trainer ...`.
-
-- `fetch`: stage the verifier at its resolved revision and the s3:// / pvc:// data into the workspace.
-- `run --stage S -- CMD...`: run the real tool (`speculators ...`, `torchrun ...`), forward SIGTERM to
-  it (speculators saves `interrupted/` on SIGTERM), and on success leave a JSON report as the
-  container's termination message (samples, epoch, data fingerprint) for the operator's status.
-  On failure nothing is written, so Kubernetes keeps the log tail instead (FallbackToLogsOnError).
-- `audit CKPT --verifier DIR [--release R]`: audit the trained checkpoint with the audit core;
-  exit 1 on errors, 2 when it cannot be read.
-- `publish CKPT TARGET ...`: publish to a location no later run overwrites: under s3:// and mounted
-  folders a content-addressed folder `TARGET/sha256-<digest>` (the files, then the provenance record
-  with every file's sha256 and size, then the `speculators-latest.json` pointer at TARGET), on the hub
-  one commit whose message names the verifier revision; reports the exact location and the digest.
-"""
+"""`trainer run --stage S -- CMD...`: run the stage's real tool (`speculators ...`, `torchrun ...`), forward
+SIGTERM to it (speculators saves `interrupted/` on SIGTERM), relay its output while printing the progress line,
+and on success leave the stage's report (samples, epoch, data fingerprint) for the operator's status. On
+failure nothing is written, so Kubernetes keeps the log tail instead (FallbackToLogsOnError)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -23,53 +12,17 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from speculator_operator import __version__
-from speculator_operator.api.podcontract import StageReport, progress_seconds, report_path
+from speculator_operator.api.podcontract import progress_seconds
 from speculator_operator.domain.algorithms import Algorithm, Family, in_family
-from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_verifier_config
-from speculator_operator.domain.checkpoint.manifest import LATEST
-from speculator_operator.domain.checkpoint.manifest import PROVENANCE as MARKER
+from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_dir
 from speculator_operator.domain.checkpoint.safetensors_header import header_length, parse_header
-from speculator_operator.domain.releases import get_release
 from speculator_operator.pods import progress
-from speculator_operator.pods.entrypoints import stage as stage_copy
-
-SKIP_ON_PUBLISH = re.compile(r"^(optimizer|scheduler)_state_dict\.pt$")
-
-
-def report(stage: str, **fields: Any) -> None:
-    """Write the stage's report where the kubelet reads the termination message."""
-    path = Path(report_path())
-    text = StageReport.model_validate({"stage": stage, **fields}).encode()
-    try:
-        path.write_text(text)
-    except OSError as exc:
-        print(f"trainer: cannot write the report to {path}: {exc}", file=sys.stderr)
-
-
-def _flag(command: list[str], name: str) -> str | None:
-    for i, arg in enumerate(command):
-        if arg == name and i + 1 < len(command):
-            return command[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def _expand(command: list[str]) -> list[str]:
-    """$(JOB_COMPLETION_INDEX) is expanded by the kubelet; expand it here too when run by hand."""
-    index = os.environ.get("JOB_COMPLETION_INDEX", "0")
-    return [a.replace("$(JOB_COMPLETION_INDEX)", index) for a in command]
-
-
-# ---- run -----------------------------------------------------------------------------------------------
+from speculator_operator.pods.trainer.report import expand, flag, report
 
 
 def run(stage: str, command: list[str], held_out: tuple[int, str] | None = None) -> int:
@@ -77,7 +30,7 @@ def run(stage: str, command: list[str], held_out: tuple[int, str] | None = None)
     if not command:
         print("trainer run: no command after --", file=sys.stderr)
         return 2
-    command = _expand(command)
+    command = expand(command)
     if stage == "stitch":
         try:
             command = _stitched_from(command)
@@ -127,14 +80,14 @@ def run(stage: str, command: list[str], held_out: tuple[int, str] | None = None)
               f"weights the source did not give; {'; '.join(unfilled)}", file=sys.stderr)  # fmt: skip
         return 1
     if stage == "convert":
-        for note in causal_as_trained(Path(_flag(command, "--output-path") or "converted")):
+        for note in causal_as_trained(Path(flag(command, "--output-path") or "converted")):
             print(f"trainer: stage convert: {note}", file=sys.stderr)
     extra: dict[str, Any] = {}
     if held_out is not None:
         from speculator_operator.pods.holdout import EvaluationError, hold_out
 
         try:
-            kept, held = hold_out(Path(_flag(command, "--output") or "./output"), held_out[0], Path(held_out[1]))
+            kept, held = hold_out(Path(flag(command, "--output") or "./output"), held_out[0], Path(held_out[1]))
         except EvaluationError as exc:
             print(f"trainer: stage {stage}: {exc}", file=sys.stderr)
             return 2
@@ -177,14 +130,14 @@ def _report_progress(tracker: progress.Tracker, stop: threading.Event) -> None:
 
 
 def _tracker(stage: str, command: list[str]) -> progress.Tracker:
-    limit = _flag(command, "--limit")
+    limit = flag(command, "--limit")
     total = int(limit) if limit and limit.isdigit() else None
     if stage == "regenerate":
-        return progress.Tracker(stage, total, Path(_flag(command, "--outfile") or "data.jsonl"))
+        return progress.Tracker(stage, total, Path(flag(command, "--outfile") or "data.jsonl"))
     if stage == "extract":
-        samples = _flag(command, "--max-samples")
+        samples = flag(command, "--max-samples")
         return progress.Tracker(stage, int(samples) if samples and samples.isdigit() else None,
-                                Path(_flag(command, "--output") or "."))  # fmt: skip
+                                Path(flag(command, "--output") or "."))  # fmt: skip
     return progress.Tracker(stage)
 
 
@@ -274,22 +227,22 @@ def copy_without(folder: Path, dest: Path, names: re.Pattern[str]) -> list[str]:
 def outcome(stage: str, command: list[str]) -> dict[str, Any]:
     """What the status shows for a finished stage, read from what the tool wrote."""
     if stage == "prepare":
-        out = Path(_flag(command, "--output") or "./output")
+        out = Path(flag(command, "--output") or "./output")
         return {"samples": _dataset_rows(out), "fingerprint": _dataset_fingerprint(out)}
     if stage == "extract":
-        out = Path(_flag(command, "--output") or "")
+        out = Path(flag(command, "--output") or "")
         return {"samples": len(list(out.glob("hs_*.safetensors"))) if out.is_dir() else None}
     if stage == "regenerate":
-        out = Path(_flag(command, "--outfile") or "")
+        out = Path(flag(command, "--outfile") or "")
         return {"samples": sum(1 for _ in out.open()) if out.is_file() else None}
     if stage in ("convert", "stitch"):
-        out = Path(_flag(command, "--output-path") or "")
+        out = Path(flag(command, "--output-path") or "")
         return {
             "checkpoint": str(out),
             "files": sum(1 for p in out.rglob("*") if p.is_file()) if out.is_dir() else None,
         }
     if stage == "train":
-        save = Path(_flag(command, "--save-path") or "")
+        save = Path(flag(command, "--save-path") or "")
         epochs = [int(p.name) for p in save.iterdir() if p.name.isdigit()] if save.is_dir() else []
         return {"epoch": max(epochs) + 1 if epochs else (0 if "--dry-run" in command else None)}
     return {}
@@ -318,329 +271,3 @@ def _dataset_rows(out: Path) -> int | None:
         return len(load_from_disk(str(out)))
     except Exception:  # a count is informative only
         return None
-
-
-# ---- fetch ---------------------------------------------------------------------------------------------
-
-
-def fetch(
-    verifier: str,
-    dest: str,
-    revision: str | None,
-    data: list[str],
-    convert: str | None = None,
-    convert_revision: str | None = None,
-) -> int:
-    code = stage_copy(verifier, dest, revision, kind="verifier")
-    if code != 0:
-        return code
-    files = 0
-    for pair in data:
-        source, sep, target = pair.partition("=")
-        if not sep:
-            print(f"trainer fetch: --data wants SOURCE=DEST, got {pair!r}", file=sys.stderr)
-            return 2
-        files += _fetch_data(source, Path(target))
-    if convert:
-        source, sep, target = convert.partition("=")
-        if not sep:
-            print(f"trainer fetch: --convert wants SOURCE=DEST, got {convert!r}", file=sys.stderr)
-            return 2
-        # a third-party layout: its config, weights (safetensors, else pytorch_model.bin) and tokenizer files
-        code = stage_copy(source, target, convert_revision, kind="verifier")
-        if code != 0:
-            return code
-    report("fetch", verifier=dest, revision=revision, dataFiles=files, converted=convert and convert.partition("=")[0])
-    return 0
-
-
-def _fetch_data(source: str, target: Path) -> int:
-    """Copy one data source (an object, a prefix, a file or a folder) to `target`."""
-    if source.startswith("s3://"):
-        import boto3
-
-        bucket, _, key = source.removeprefix("s3://").partition("/")
-        s3 = boto3.client("s3")
-        keys = []
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
-            keys += [o["Key"] for o in page.get("Contents", [])]
-        if keys == [key]:  # one object
-            target.parent.mkdir(parents=True, exist_ok=True)
-            s3.download_file(bucket, key, str(target))
-            return 1
-        prefix = key.rstrip("/") + "/"
-        count = 0
-        for k in keys:
-            rel = k[len(prefix) :] if k.startswith(prefix) else ""
-            if not rel or rel.endswith("/") or ".." in Path(rel).parts:
-                continue
-            (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            s3.download_file(bucket, k, str(target / rel))
-            count += 1
-        if not count:
-            raise SystemExit(f"trainer fetch: nothing at {source}")
-        return count
-    src = Path(source)
-    if src.is_dir():
-        shutil.copytree(src, target, dirs_exist_ok=True)
-        return sum(1 for p in target.rglob("*") if p.is_file())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, target)
-    return 1
-
-
-# ---- audit ---------------------------------------------------------------------------------------------
-
-
-def audit_checkpoint(root: str, verifier: str, release_name: str | None) -> int:
-    try:
-        folder = checkpoint_dir(Path(root))
-        verifier_config, _ = load_verifier_config(verifier)
-        release = get_release(release_name) if release_name else None
-        result = audit(str(folder), verifier=verifier_config, release=release)
-    except CheckpointError as exc:
-        print(f"trainer audit: {exc}", file=sys.stderr)
-        return 2
-    for f in result.findings:
-        print(f"audit {f.severity} {f.rule}: {f.message}", file=sys.stderr)
-    findings = [f.as_dict() for f in result.findings if f.severity != "info"]
-    warnings = sum(1 for f in result.findings if f.severity == "warning")
-    summary = {"ok": result.ok, "errors": len(result.errors), "warnings": warnings, "findings": findings[:20]}
-    if not result.ok:
-        first = result.errors[0]
-        # the termination message of a failed pod: the operator quotes it in the status
-        print(f"audit failed: {len(result.errors)} error(s); first: {first.rule}: {first.message}", file=sys.stderr)
-        return 1
-    report("audit", checkpoint=str(folder), audit=summary, algorithm=result.checkpoint.algorithm)
-    return 0
-
-
-# ---- publish -------------------------------------------------------------------------------------------
-
-
-def _payload(folder: Path, verifier: str) -> dict[str, bytes | Path]:
-    """The files to publish (symlinks dereferenced, optimizer state left out); config.json names the
-    verifier by its real identity instead of the pod-local path the trainer was given."""
-    files: dict[str, bytes | Path] = {}
-    for path in sorted(folder.rglob("*")):
-        if not path.is_file() or SKIP_ON_PUBLISH.match(path.name) or path.name == MARKER:
-            continue
-        rel = path.relative_to(folder).as_posix()
-        if rel == "config.json":
-            config = json.loads(path.read_text())
-            ver = (config.get("speculators_config") or {}).get("verifier")
-            if isinstance(ver, dict):
-                ver["name_or_path"] = verifier
-            files[rel] = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()
-        else:
-            files[rel] = path
-    if "config.json" not in files:
-        raise CheckpointError(f"{folder}: no config.json to publish")
-    return files
-
-
-def _sha(content: bytes | Path) -> str:
-    h = hashlib.sha256()
-    if isinstance(content, bytes):
-        h.update(content)
-    else:
-        with content.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
-
-
-def file_records(files: dict[str, bytes | Path]) -> dict[str, dict[str, Any]]:
-    """{name: {sha256, size}} of every published file: what the provenance record carries and the stage
-    init container checks."""
-    return {
-        name: {"sha256": _sha(c), "size": len(c) if isinstance(c, bytes) else c.stat().st_size}
-        for name, c in sorted(files.items())
-    }
-
-
-def _digest_of(records: dict[str, dict[str, Any]]) -> str:
-    h = hashlib.sha256()
-    for name in sorted(records):
-        h.update(f"{name}\0{records[name]['sha256']}\n".encode())
-    return "sha256:" + h.hexdigest()
-
-
-def digest(files: dict[str, bytes | Path]) -> str:
-    """sha256 over the sorted (name, sha256 of content) pairs: the same files give the same digest."""
-    return _digest_of(file_records(files))
-
-
-def location_name(checkpoint_digest: str) -> str:
-    """The folder under output.uri that a checkpoint with this digest is published to (content-addressed:
-    a later run never writes into an earlier one's folder; the same bytes land in the same place)."""
-    return "sha256-" + checkpoint_digest.removeprefix("sha256:")[:16]
-
-
-def _same_target(record: dict[str, Any], marker: dict[str, Any]) -> bool | None:
-    """Whether an existing publish record is this publish (True), another one (False), or absent (None)."""
-    if not record:
-        return None
-    keys = ("digest", "verifier", "verifierRevision")
-    return all(record.get(k) == marker.get(k) for k in keys)
-
-
-def _candidates(marker: dict[str, Any]) -> list[str]:
-    """Where this publish may go: its content-addressed name, or — when the same bytes were published for
-    another verifier revision (a dry run's draft can be) — that name plus a tag of the verifier revision."""
-    name = location_name(marker["digest"])
-    target = hashlib.sha256(f"{marker['verifier']}@{marker['verifierRevision']}".encode()).hexdigest()[:8]
-    return [name, f"{name}-{target}"]
-
-
-def publish(
-    root: str,
-    target: str,
-    verifier: str,
-    verifier_revision: str,
-    job: str,
-    release_name: str,
-    verifier_content: str | None = None,
-    uri: str | None = None,
-    evaluation: dict[str, Any] | None = None,
-) -> int:
-    """Publish the audited checkpoint to its own immutable location under `target` (`uri` is how the
-    user named a mounted folder target, e.g. pvc://claim/path) and report that location and the digest;
-    `evaluation`, the evaluate stage's measure, goes into the provenance record."""
-    try:
-        folder = checkpoint_dir(Path(root))
-        files = _payload(folder, verifier)
-        records = file_records(files)
-    except (CheckpointError, OSError, ValueError) as exc:
-        print(f"trainer publish: {exc}", file=sys.stderr)
-        return 2
-    release = get_release(release_name)
-    sha = _digest_of(records)
-    config = files["config.json"]
-    algorithm = json.loads(config).get("speculators_model_type") if isinstance(config, bytes) else None
-    marker = {
-        "digest": sha,
-        "job": job,
-        "verifier": verifier,
-        "verifierRevision": verifier_revision,
-        "verifierContent": verifier_content,
-        "algorithm": algorithm,
-        "release": release.name,
-        "speculators": release.speculators,
-        "hsConnectors": release.hs_connectors,
-        "vllm": release.vllm,
-        "operator": __version__,
-        "output": uri or target,
-        "evaluation": evaluation,
-        "files": records,
-        "published": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-    }
-    marker = {k: v for k, v in marker.items() if v is not None}
-    try:
-        if target.startswith("s3://"):
-            location = _publish_s3(target, files, marker)
-        elif target.startswith("hf://"):
-            message = f"{algorithm} draft for {verifier}@{verifier_revision} ({job})"
-            location = _publish_hub(target, files, marker, message)
-        else:
-            location = _publish_folder(Path(target), (uri or target).rstrip("/"), files, marker)
-    except PublishError as exc:
-        print(f"trainer publish: {exc}", file=sys.stderr)
-        return 1
-    print(f"trainer publish: {sha} -> {location}", file=sys.stderr)
-    report("publish", uri=location, digest=sha)
-    return 0
-
-
-def _pointer(marker: dict[str, Any], name: str) -> bytes:
-    """`speculators-latest.json` at output.uri: the location the newest publish went to."""
-    keys = ("location", "digest", "job", "verifier", "verifierRevision", "published")
-    return json.dumps({"name": name, **{k: marker.get(k) for k in keys}}, indent=2).encode()
-
-
-class PublishError(Exception):
-    """Nowhere to publish without overwriting someone else's checkpoint."""
-
-
-def _publish_s3(target: str, files: dict[str, bytes | Path], marker: dict[str, Any]) -> str:
-    """Every file into a new location, its provenance record last (a location without one is not whole),
-    then the pointer at output.uri. A re-run of the same publish finds it already there."""
-    import boto3
-    from botocore.exceptions import ClientError
-
-    bucket, _, prefix = target.removeprefix("s3://").partition("/")
-    prefix = prefix.strip("/")
-    s3 = boto3.client("s3")
-    for name in _candidates(marker):
-        location = f"{prefix}/{name}" if prefix else name
-        try:
-            existing = json.loads(s3.get_object(Bucket=bucket, Key=f"{location}/{MARKER}")["Body"].read())
-        except ClientError:
-            existing = {}
-        same = _same_target(existing, marker)
-        if same is False:
-            continue  # someone else's publish: never overwritten
-        uri = f"s3://{bucket}/{location}"
-        if same is None:
-            for fname, content in files.items():
-                key = f"{location}/{fname}"
-                if isinstance(content, bytes):
-                    s3.put_object(Bucket=bucket, Key=key, Body=content)
-                else:
-                    s3.upload_file(str(content), bucket, key)
-            record = json.dumps({**marker, "location": uri}, indent=2).encode()
-            s3.put_object(Bucket=bucket, Key=f"{location}/{MARKER}", Body=record)
-        pointer = f"{prefix}/{LATEST}" if prefix else LATEST
-        s3.put_object(Bucket=bucket, Key=pointer, Body=_pointer({**marker, "location": uri}, name))
-        return uri
-    raise PublishError(f"every location for {marker['digest']} under {target} holds another publish")
-
-
-def _publish_hub(target: str, files: dict[str, bytes | Path], marker: dict[str, Any], message: str) -> str:
-    """One commit (atomic); the commit sha names the bytes, the branch is the pointer."""
-    from huggingface_hub import CommitOperationAdd, HfApi
-
-    repo = target.removeprefix("hf://").split("@")[0]
-    api = HfApi()
-    api.create_repo(repo, exist_ok=True, private=True)
-    ops = [
-        CommitOperationAdd(path_in_repo=n, path_or_fileobj=c if isinstance(c, bytes) else str(c))
-        for n, c in files.items()
-    ]
-    ops.append(CommitOperationAdd(path_in_repo=MARKER, path_or_fileobj=json.dumps(marker, indent=2).encode()))
-    commit = api.create_commit(repo, operations=ops, commit_message=message)
-    return f"hf://{repo}@{commit.oid}"
-
-
-def _publish_folder(target: Path, uri: str, files: dict[str, bytes | Path], marker: dict[str, Any]) -> str:
-    """A new folder made whole beside the others and renamed into place, then the pointer (a rename too).
-    Nothing already published is replaced; `uri` is how the user names `target` (pvc://claim/path)."""
-    target.mkdir(parents=True, exist_ok=True)
-    for name in _candidates(marker):
-        final = target / name
-        try:
-            existing = json.loads((final / MARKER).read_text())
-        except (OSError, ValueError):
-            existing = {}
-        same = _same_target(existing if isinstance(existing, dict) else {}, marker)
-        if same is False:
-            continue
-        location = f"{uri}/{name}"
-        if same is None:
-            tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target))
-            for fname, content in files.items():
-                (tmp / fname).parent.mkdir(parents=True, exist_ok=True)
-                if isinstance(content, bytes):
-                    (tmp / fname).write_bytes(content)
-                else:
-                    shutil.copyfile(content, tmp / fname)
-            (tmp / MARKER).write_text(json.dumps({**marker, "location": location}, indent=2))
-            tmp.chmod(0o755)
-            if final.exists():  # a partial folder that never got its record
-                shutil.rmtree(final)
-            tmp.rename(final)  # same filesystem: the folder appears whole
-        pointer = target / f".{LATEST}.tmp"
-        pointer.write_bytes(_pointer({**marker, "location": location}, name))
-        os.replace(pointer, target / LATEST)
-        return location
-    raise PublishError(f"every location for {marker['digest']} under {uri} holds another publish")
