@@ -547,17 +547,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return _run(args)
         if args.command == "stage":
-            from speculator_operator.pods.entrypoints import stage
+            from speculator_operator.pods.stage import stage
 
             return stage(args.source, args.dest, args.revision, args.manifest, args.kind)
         if args.command == "vllm":
-            from speculator_operator.pods.entrypoints import exec_vllm
+            from speculator_operator.pods.serve import exec_vllm
 
             return exec_vllm(args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args)
         if args.command == "trainer":
             return _trainer(args)
         if args.command == "serve":
-            from speculator_operator.pods.entrypoints import serve
+            from speculator_operator.pods.serve import serve
 
             rest = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
             return serve(

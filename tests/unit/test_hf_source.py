@@ -22,7 +22,7 @@ from speculator_operator.domain.checkpoint import (
     load_checkpoint,
     load_verifier_config,
 )
-from speculator_operator.pods.entrypoints import stage
+from speculator_operator.pods.stage import stage
 
 from ..ckptgen import QWEN3_8B, SMALL_QWEN3, eagle3, write_checkpoint
 

