@@ -1,4 +1,5 @@
-"""The operator: kopf handlers, one module per kind. `kopf run -m speculator_operator.controllers`
+"""The kopf adapters: one module per kind (deployment, trainjob) and the loops beside them (telemetry scrapes,
+retention prunes); each reads, asks a planner, applies and writes status. `kopf run -m speculator_operator.controllers`
 (or `speculator-operator run`) starts them."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Pure planners: observed world -> desired children + status, one module per kind."""
+"""Pure planners: observed world -> desired children + typed status, one module per kind (trainjob, deployment),
+with the policies beside them: drift, retention, tuning, pod problems and the status side of progress."""
 
 from __future__ import annotations
 
