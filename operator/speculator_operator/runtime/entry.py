@@ -1,0 +1,110 @@
+"""The operator process's entry (`speculator-operator run`): set up the process, check the identity's
+permissions, and run kopf's controllers, alone or behind a leader election. Exit codes beyond the CLI's: 3 the
+Lease was lost (restart as a standby), 4 the identity lacks a verb it needs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+EXIT_NOT_ALLOWED = 4  # the operator's identity lacks a verb it needs
+EXIT_LEASE_LOST = 3  # another replica holds the Lease now: restart as a standby
+
+
+def _lease_namespace(args: argparse.Namespace) -> str:
+    if args.lease_namespace:
+        return str(args.lease_namespace)
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    from pathlib import Path
+
+    sa = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    return sa.read_text().strip() if sa.exists() else "default"
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    """`speculator-operator run`: the process's memory settings first, then the permission check, then kopf
+    (directly, or as the holder of the Lease with --leader-elect)."""
+    import logging
+    import threading
+    import uuid
+
+    from speculator_operator.runtime import allocator, profiling
+
+    allocator.limit_arenas()  # before any thread starts
+    allocator.keep_trimmed()
+    profiling.install()  # SPECULATOR_PROFILE: trace allocations from here on, imports included (a profile run)
+
+    import kopf
+
+    import speculator_operator.controllers  # noqa: F401  (registers the handlers)
+    from speculator_operator.runtime import kube, leader, metrics, permissions
+
+    settings = kopf.OperatorSettings()
+    # named namespaces: no cluster-wide scanning (kopf would list namespaces and watch CRDs, which a
+    # Role-only install may not); the CRDs exist before the operator starts (the chart installs them first)
+    settings.scanning.disabled = bool(args.namespace)
+    scope: dict[str, Any] = {
+        "standalone": args.standalone or args.leader_elect,  # the Lease elects; kopf's peering would only pause
+        "namespaces": args.namespace or (),
+        "clusterwide": not args.namespace,
+        "liveness_endpoint": args.liveness,
+        "settings": settings,
+    }
+
+    kopf.configure(log_prefix=True)  # kopf's log format at INFO, each object's lines prefixed with its name
+    if not args.verbose:
+        # a line per handler and timer run: at a thousand resources, the log would be mostly these
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    else:
+        logging.getLogger("speculator_operator").setLevel(logging.DEBUG)  # each status write and its cause
+    lease_namespace = _lease_namespace(args) if args.leader_elect else None
+    if not args.skip_permission_check:
+        kube.load_config()
+        denied = permissions.missing(kube.api(), permissions.checks(args.namespace or [], lease_namespace))
+        if denied:
+            print(permissions.refusal(denied), file=sys.stderr)
+            return EXIT_NOT_ALLOWED
+    if lease_namespace is None:
+        kopf.run(**scope)
+        return 0
+
+    kube.load_config()
+    metrics.serve()  # a standby answers its scrape too (speculator_operator_leader 0)
+    metrics.LEADER.set(0)
+    identity = args.identity or f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:6]}"
+    elector = leader.Elector(kube.api(), lease_namespace, args.lease_name, identity)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    health = leader.StandbyHealth(args.liveness)
+    try:
+        if not elector.acquire(stop):
+            return 0  # stopped while a standby
+    finally:
+        health.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    lost = threading.Event()
+    done = threading.Event()
+
+    def on_lost() -> None:
+        # kopf's own SIGTERM path: a graceful stop. (A stop flag would be awaited by a task, or a worker
+        # thread, that holds the exit up for as long as nobody sets it.)
+        lost.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    elector.keep(on_lost, done)
+    try:
+        kopf.run(**scope)
+    finally:
+        done.set()
+        if not lost.is_set():
+            elector.release()
+    if lost.is_set():
+        print(f"speculator-operator: Lease {lease_namespace}/{args.lease_name} lost; exiting", file=sys.stderr)
+        return EXIT_LEASE_LOST
+    return 0
