@@ -1,6 +1,6 @@
 """Linux's x86 xstate permissions, read with arch_prctl (the kernel's Documentation/arch/x86/xstate.rst):
 what the CPU and kernel offer, and what a process of a given interpreter holds from its start. Used to check
-hack/lib/amx-permission.pth (docs/vllm-cpu-amx.md)."""
+hack/lib/amx-permission.pth (docs/performance/vllm-cpu-amx.md)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ need_packages() {
   fi
 }
 
-# The Debian packages of the real node (shared/reference/real-node.md): containerd, runc, the CNI
+# The Debian packages of the real node (docs/development/real-node.md): containerd, runc, the CNI
 # plugins, nftables, iproute2; and of the image builds: podman, buildah, mmdebstrap.
 need_node_packages() {
   need_packages /usr/bin/containerd=containerd /usr/sbin/runc=runc /usr/lib/cni/bridge=containernetworking-plugins \

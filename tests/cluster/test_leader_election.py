@@ -71,7 +71,7 @@ def holder(cluster: Cluster, namespace: str) -> str:
 def lost_writes(audit_log: Path, namespace: str, since: str) -> list[str]:
     """Writes to our resources the API server refused as conflicting (409: a stale resourceVersion) and that
     no later write to the same object and subresource made good, since `since`. A refused status write is
-    read again and retried by design (controllers/kube.write_status); one never made good is a lost one."""
+    read again and retried by design (runtime/kube.write_status); one never made good is a lost one."""
     events = []
     for line in audit_log.read_text().splitlines():
         event = json.loads(line)

@@ -1,4 +1,4 @@
-"""Which children count as changed by hand (reconcile/drift.py)."""
+"""Which children count as changed by hand (planning/drift.py)."""
 
 from __future__ import annotations
 

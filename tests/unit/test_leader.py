@@ -1,4 +1,4 @@
-"""The Lease rules of reconcile/leader.py: who creates, renews, waits and takes over, judged on the
+"""The Lease rules of runtime/election.py: who creates, renews, waits and takes over, judged on the
 candidate's own clock."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The operator's own scheduling rules (reconcile/schedule.py): which generation is reconciled when, and
+"""The operator's own scheduling rules (runtime/schedule.py): which generation is reconciled when, and
 kopf's timer semantics for the periodic jobs."""
 
 from __future__ import annotations

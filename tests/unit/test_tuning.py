@@ -1,4 +1,4 @@
-"""Auto tuning of K and the schedule (reconcile/tuning.py), driven by scripted judgements: when it rolls,
+"""Auto tuning of K and the schedule (planning/tuning.py), driven by scripted judgements: when it rolls,
 when it holds, and that alternating evidence never makes it flap."""
 
 from __future__ import annotations

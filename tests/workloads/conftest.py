@@ -18,7 +18,7 @@ from ..lanes import REPO, make_tiny_verifier, run_in, workloads_env_path
 __all__ = ["REPO", "container_argv", "ensure_bucket", "run_in"]
 ALGORITHMS = ("eagle3", "peagle", "dflash", "dflash2", "dspark")
 # the vLLM processes started here run as the server image's cpu variant runs them: the model in the engine's
-# own process, no worker process beside it (docs/vllm-cpu-startup.md)
+# own process, no worker process beside it (docs/performance/vllm-cpu-startup.md)
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 

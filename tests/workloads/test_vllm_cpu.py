@@ -89,7 +89,7 @@ def server_log(tmp_path: Path) -> Path:
 
 def test_the_vllm_environments_processes_hold_the_amx_tile_state(vllm_env: Path) -> None:
     """hack/workloads-env installs hack/lib/amx-permission.pth, so vLLM's AMX kernels do not trap
-    (docs/vllm-cpu-amx.md); the server image gets the same file, checked by the node tier's serving."""
+    (docs/performance/vllm-cpu-amx.md); the server image gets the same file, checked by the node tier's serving."""
     if not on_x86_64_linux() or not offered() & XTILEDATA:
         pytest.skip("this CPU or kernel offers no AMX tile state: vLLM takes its non-AMX kernels")
     assert held_at_start(vllm_env / "bin" / "python") & XTILEDATA

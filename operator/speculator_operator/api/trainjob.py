@@ -2,7 +2,7 @@
 with `convert`, a published third-party draft -> `speculators convert` -> audit -> publish.
 
 The spec admits only the pipeline that works with the pinned speculators release (see
-shared/reference/speculators.md §10): token frequencies are always written when a draft vocabulary is
+docs/reference/speculators.md §1): token frequencies are always written when a draft vocabulary is
 set, offline runs never fall back to online generation, the extraction server's model name is the
 trainer's verifier name, and hybrid hidden-state caching (gone in 0.9.0) cannot be asked for.
 """

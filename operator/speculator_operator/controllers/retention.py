@@ -1,5 +1,5 @@
 """Apply a train job's output.keepLatest once it has published: list what was published under output.uri
-and what the cluster still names, delete the rest (the decisions: reconcile/retention.py).
+and what the cluster still names, delete the rest (the decisions: planning/retention.py).
 
 Without the whole cluster's view (a ReplicaSet or a custom resource that cannot be listed) nothing is
 deleted: a location is removed only when it is known that nothing names it.

@@ -1,8 +1,8 @@
 """Live acceptance: scrape vLLM's /metrics of every ready serving pod, the way Prometheus does in-cluster,
-and write `status.acceptance` and the `SpeculationEffective` condition (decisions: reconcile/acceptance.py).
+and write `status.acceptance` and the `SpeculationEffective` condition (decisions: telemetry/acceptance.py).
 
 It runs beside the reconciles, never in their way: a periodic job per SpeculatorDeployment on the operator's
-loop (controllers/periodic.py; not in the thread pool the reconciles use), targets from an in-memory index of
+loop (runtime/scheduler.py; not in the thread pool the reconciles use), targets from an in-memory index of
 the serving pods (no API read per scrape), at most SCRAPE_CONCURRENCY requests in flight, each bounded in
 time and bytes. A status write happens only when the numbers change materially, and at most once per interval.
 

@@ -1,6 +1,6 @@
 """kopf handlers for SpeculatorTrainJob: observe the stage Jobs, servers and pods -> plan -> apply -> status.
 
-The stage machine lives in reconcile/trainjob.py. Here: read the verifier once (its revision and
+The stage machine lives in planning/trainjob.py. Here: read the verifier once (its revision and
 layer count are then kept in status.provenance, so the run stays pinned), list the children by label,
 read the reports the stage pods left as termination messages, apply what the plan asks for
 (server-side apply, one field manager), remove servers no stage needs, and hand the published

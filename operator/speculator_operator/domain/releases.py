@@ -4,7 +4,7 @@ One source for these facts: the renderer, the audit and the images' version pins
 A release is usable only if CI has verified it; asking for anything else is an error that names
 the supported releases.
 
-Minimum vLLM versions come from diffs of the released vLLM wheels (shared/reference/vllm.md §3.4).
+Minimum vLLM versions come from diffs of the released vLLM wheels (docs/reference/vllm.md §3.2).
 """
 
 from __future__ import annotations

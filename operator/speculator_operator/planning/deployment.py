@@ -14,7 +14,7 @@ Condition reasons:
 - VerifierCurrent: RevisionResolved | VerifierChanged (Pause) | Retraining | RetrainUnavailable
 - DraftCurrent: RevisionResolved | DraftChanged (the draft's bytes moved under the same source; Pause)
 - Serving: RolledOut | RollingOut | ScaledToZero | NotDeployed | ApplyFailed | FailedCreate (no pod admitted:
-  Pod Security, a quota) | a stuck pod's reason (reconcile/pods.py)
+  Pod Security, a quota) | a stuck pod's reason (planning/pods.py)
 - Ready: Ready | RollingOut | AuditFailed | InvalidSpec | ReleaseUnsupported | WaitingForInputs | ApplyFailed
 """
 

@@ -1,10 +1,10 @@
 """The evaluate stage's client, inside the trainer image: it measures a draft's acceptance in the pinned vLLM
-before the draft is published (the held-out prompts it sends come from holdout.py).
+before the draft is published (the held-out prompts it sends come from pods/holdout.py).
 
 - `trainer evaluate`: wait for the evaluation server (within the stage's timeout), read vLLM's
   spec-decode counters, send every prompt with fixed sampling (EOS ignored, so each request generates
   exactly --max-tokens), read the counters again once they have settled, and judge the increase with the
-  telemetry code (reconcile/acceptance.py): acceptance rate, mean accepted length, alpha, the predicted
+  telemetry code (telemetry/acceptance.py): acceptance rate, mean accepted length, alpha, the predicted
   speedup from the draft/verifier cost ratio. The numbers are the stage's report, on failure too.
 """
 

@@ -1,7 +1,7 @@
 """Pure builders of a SpeculatorDeployment's children: the vLLM command line for the pinned release,
 the Deployment, the Service and the PodDisruptionBudget.
 
-Facts (shared/reference/vllm.md): the long form with an explicit `method` is the only safe form
+Facts (docs/reference/vllm.md): the long form with an explicit `method` is the only safe form
 (path heuristics otherwise pick `draft_model`); `num_speculative_tokens` must be given; P-EAGLE is
 eagle3 + parallel_drafting; the DFlash family serves as dflash; the load cut-off is
 `num_speculative_tokens_per_batch_size` from vLLM 0.24 and `disable_by_batch_size` must never be
@@ -70,7 +70,7 @@ class Draft:
 
 @dataclass(frozen=True)
 class Tuned:
-    """What tuning (reconcile/tuning.py) serves instead of the spec's K: K (0: no speculation) and the
+    """What tuning (planning/tuning.py) serves instead of the spec's K: K (0: no speculation) and the
     per-batch-size schedule."""
 
     k: int
@@ -127,7 +127,7 @@ def draft_config(draft: Draft, vllm: Version, k: int, draft_path: str) -> dict[s
     if algo not in METHOD and not draft.stitched:
         raise RenderError(f"vLLM {vllm} has no drafter for {algo!r}")
     if draft.stitched:
-        # vLLM reuses the n_predict MTP layers in turn: a K above it must be a multiple (vllm.md §1.4)
+        # vLLM reuses the n_predict MTP layers in turn: a K above it must be a multiple (docs/reference/vllm.md §1.4)
         layers = draft.speculative_tokens
         if k > layers and k % layers:
             raise RenderError(f"numSpeculativeTokens {k} is above the model's {layers} MTP layer(s) and not a "

@@ -59,7 +59,7 @@ HANDLER_WORKERS = int(os.environ.get("SPECULATOR_WORKERS", "32"))
 # each): their own small pool keeps the time from a child ready to its owner saying so short under load.
 CHILD_WORKERS = int(os.environ.get("SPECULATOR_CHILD_WORKERS", "8"))
 CHILD_LANE = ThreadPoolExecutor(max_workers=CHILD_WORKERS, thread_name_prefix="child-events")
-# periodic work (resyncs, input polls, retries: controllers/periodic.py) has a pool of its own too
+# periodic work (resyncs, input polls, retries: runtime/scheduler.py) has a pool of its own too
 PERIODIC_WORKERS = int(os.environ.get("SPECULATOR_PERIODIC_WORKERS", "4"))
 
 

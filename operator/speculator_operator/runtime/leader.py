@@ -1,6 +1,6 @@
 """Leader election for `speculator-operator run --leader-elect`: replicas wait on a coordination.k8s.io Lease
 and only its holder starts kopf. kopf's own peering is no election (it pauses every operator of equal
-priority), so the operator runs --standalone and the Lease decides. The rules are reconcile/leader.py's;
+priority), so the operator runs --standalone and the Lease decides. The rules are runtime/election.py's;
 this module reads and writes the Lease, renews it from a thread while kopf runs, stops kopf when the Lease
 is lost, and hands it back on a clean shutdown so that a standby takes over at once."""
 

@@ -8,7 +8,7 @@ runs). At 1,000 resources that was three writes per resource of bookkeeping, and
 task per object and kind. Here:
 
 - an event handler (kopf writes nothing for those) reconciles an object the first time the operator
-  sees it and whenever its `.metadata.generation` moves past the one handled (rules: reconcile/schedule.py);
+  sees it and whenever its `.metadata.generation` moves past the one handled (rules: runtime/schedule.py);
   a reconcile that fails is retried after its delay (kopf.TemporaryError's, else RETRY_SECONDS);
 - one loop, started with the first event (it inherits the context kopf's event poster lives in), runs the
   periodic jobs (`every`) of every object it has seen, at most one run per object and job at a time, and

@@ -1,4 +1,4 @@
-"""Live acceptance from vLLM's spec-decode counters (shared/reference/vllm.md §6): one scrape's numbers,
+"""Live acceptance from vLLM's spec-decode counters (docs/reference/vllm.md §5): one scrape's numbers,
 per-pod increments over a sliding window, and what `status.acceptance` and the `SpeculationEffective`
 condition say about them. Pure: controllers/telemetry.py scrapes, keeps the window and writes.
 

@@ -1,6 +1,6 @@
 """containerd (Debian's) for the real node: its image store under ~/.cache/speculator-operator (images
 pulled once stay across clusters), its state, socket and CNI configuration under the cluster's
-workdir, runc as the runtime, and the settings this sandbox needs (shared/reference/real-node.md §2):
+workdir, runc as the runtime, and the settings this sandbox needs (docs/development/real-node.md §2):
 `restrict_oom_score_adj` (no CAP_SYS_RESOURCE), no AppArmor, cgroupfs, streaming on loopback. The hosts
 the project's images are named under (registry.hosts) resolve to the harness's registry on loopback, so the
 kubelet pulls them as it would from any registry, and a missing tag gets the registry's own answer; every

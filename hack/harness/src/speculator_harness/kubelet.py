@@ -1,5 +1,5 @@
 """The kubelet of the real node (built by hack/build-kube at the control plane's version), with the
-settings this sandbox needs (shared/reference/real-node.md §2): `oomScoreAdj: 0`, cgroupfs on cgroup v1,
+settings this sandbox needs (docs/development/real-node.md §2): `oomScoreAdj: 0`, cgroupfs on cgroup v1,
 no iptables chains of its own, eviction and image GC off. Its API listens on the bridge's gateway
 address, the node's InternalIP, where the API server reaches it for logs, exec and port-forward (a
 loopback node address is refused); the node's pods are kept off that port by the harness's nft table

@@ -1,4 +1,4 @@
-"""The real node's network, made so that nothing can leave this machine (shared/reference/real-node.md §4):
+"""The real node's network, made so that nothing can leave this machine (docs/development/real-node.md §4):
 
 - a bridge whose gateway address is the one address besides loopback that the host's servers (API
   server, S3, cluster DNS) listen on, and that the pods reach them at;

@@ -82,7 +82,7 @@ def stable_port(sup: Supervisor, cache: Path) -> int:
     """The port the registry listened on last time, when it is free; else a free one, remembered for the next
     start. podman's blob-info cache knows which layers a registry holds by its host:port: against the same
     storage on a new port, a push compresses every layer again to learn its digest (the trainer image: 97 s
-    on a new port, 0 s on the same one; docs/test-time.md)."""
+    on a new port, 0 s on the same one; docs/performance/test-time.md)."""
     path = port_path(cache)
     try:
         port = int(path.read_text().strip())

@@ -1,4 +1,4 @@
-"""What a real node leaves on the host (shared/reference/real-node.md §3), seen and undone: sysctls, nft
+"""What a real node leaves on the host (docs/development/real-node.md §3), seen and undone: sysctls, nft
 tables, mounts, network links and namespaces, cgroups, and the folders the kubelet, containerd and CNI
 create at fixed paths. `snapshot()` is what a test compares before `up` and after `down`."""
 

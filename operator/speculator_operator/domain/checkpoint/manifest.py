@@ -3,8 +3,8 @@
 A checkpoint's revision must name its bytes, not a folder: a digest over every file that makes it up
 (name, the store's identity of that object — an S3 ETag, a hub blob id — and size), obtained from a
 listing, never from a download. The same list travels into the pod template, and the `stage` init
-container fetches exactly those objects and refuses any other (shared/reference/speculators.md §6;
-vllm.md §5 for what vLLM reads).
+container fetches exactly those objects and refuses any other (docs/reference/speculators.md §2;
+docs/reference/vllm.md §3.1 for what vLLM reads).
 
 Which files count (top-level names only; vLLM reads nothing from sub-folders):
 - a draft: config.json, generation_config.json, model.safetensors.index.json, every *.safetensors, and

@@ -2,7 +2,7 @@
 
 A rule gets the AuditContext and yields messages (which take the rule's severity) or Findings (to
 choose another severity). Messages name the values seen. The facts behind the rules are in
-shared/reference/speculators.md §6-§7, §10 and vllm.md §1-§4, §8.
+docs/reference/speculators.md §2-§3 and docs/reference/vllm.md §1-§3.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Pure builders of a SpeculatorTrainJob's children: one Job per stage, the vLLM servers some stages
 talk to, the workspace claim, and the exact `speculators` / vLLM command lines for the pinned release.
 
-Facts (shared/reference/speculators.md §2-§5, §10; vllm.md §5):
+Facts (docs/reference/speculators.md §1; docs/reference/vllm.md §1.3):
 - every `speculators` stage and vLLM mount one workspace at one path (/workspace): the extraction
   server returns its own absolute file paths, which the client moves or the trainer reads and deletes;
 - the verifier is staged once into the workspace at the resolved revision, and that path is both
