@@ -4,12 +4,12 @@ A test fails when another module spells one as a literal."""
 from __future__ import annotations
 
 # Kubernetes' recommended labels (kubernetes.io/docs/concepts/overview/working-with-objects/common-labels)
-NAME_LABEL = "app.kubernetes.io/name"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-PART_OF_LABEL = "app.kubernetes.io/part-of"
+NAME_LABEL = "app.kubernetes.io/name"  # every child: speculator-deployment or speculator-trainjob
+INSTANCE_LABEL = "app.kubernetes.io/instance"  # every child: its owner's name
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"  # every child: speculator-operator (the watches select on it)
+PART_OF_LABEL = "app.kubernetes.io/part-of"  # the CRDs: speculator-operator
 # set by the Job controller on an Indexed Job's pods
-COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # read: which rank's log to follow
 
 # ours
 DEPLOYMENT_LABEL = "speculators.dev/deployment"  # children of a SpeculatorDeployment: its name
