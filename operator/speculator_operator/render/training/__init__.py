@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from speculator_operator.render.training import common
 from speculator_operator.render.training.common import (
     CHECKPOINTS,
     SERVER_ROLES,
@@ -29,7 +30,6 @@ from speculator_operator.render.training.common import (
     WORKSPACE,
     Inputs,
     Stage,
-    _meta,
     claim_name,
     job_name,
     server_name,
@@ -96,7 +96,7 @@ def workspace_claim(inputs: Inputs) -> dict[str, Any] | None:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _meta(inputs, claim_name(inputs), None),
+        "metadata": common.make_meta(inputs, claim_name(inputs), None),
         "spec": spec,
     }
 

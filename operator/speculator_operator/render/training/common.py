@@ -141,7 +141,7 @@ def labels(name: str, stage: str | None = None) -> dict[str, str]:
     return out
 
 
-def _meta(inputs: Inputs, name: str, stage: str | None) -> dict[str, Any]:
+def make_meta(inputs: Inputs, name: str, stage: str | None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": inputs.namespace, "labels": labels(inputs.name, stage)}
     if inputs.owner_uid:
         owner = {"apiVersion": API_VERSION, "kind": "SpeculatorTrainJob", "name": inputs.name, "uid": inputs.owner_uid}
@@ -149,11 +149,11 @@ def _meta(inputs: Inputs, name: str, stage: str | None) -> dict[str, Any]:
     return meta
 
 
-def _endpoint(inputs: Inputs, role: str) -> str:
+def endpoint_of(inputs: Inputs, role: str) -> str:
     return f"http://{server_name(inputs.name, role)}.{inputs.namespace}.svc:{PORT}"
 
 
-def _secrets(*refs: Any) -> list[dict[str, Any]]:
+def secret_envs(*refs: Any) -> list[dict[str, Any]]:
     names = sorted({r.name for r in refs if r is not None})
     return [{"secretRef": {"name": n}} for n in names]
 
@@ -183,7 +183,7 @@ def _resources(opts: PodOptions, gpus: int) -> dict[str, Any]:
     return resources
 
 
-def _pod(
+def make_pod(
     inputs: Inputs,
     stage: str,
     opts: PodOptions,
@@ -222,7 +222,7 @@ def _pod(
     return {"metadata": meta, "spec": spec}
 
 
-def _job(
+def make_job(
     inputs: Inputs,
     stage: str,
     opts: PodOptions,
@@ -235,7 +235,7 @@ def _job(
     extra_volumes: list[dict[str, Any]] | None = None,
     subdomain: str | None = None,
 ) -> dict[str, Any]:
-    pod = _pod(inputs, stage, opts, container, gpus, extra_volumes)
+    pod = make_pod(inputs, stage, opts, container, gpus, extra_volumes)
     pod["spec"]["restartPolicy"] = "Never"
     if stage == "train":
         pod["spec"]["terminationGracePeriodSeconds"] = TRAINER_GRACE_SECONDS
@@ -260,15 +260,15 @@ def _job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _meta(inputs, job_name(inputs.name, stage), stage),
+        "metadata": make_meta(inputs, job_name(inputs.name, stage), stage),
         "spec": spec,
     }
 
 
-def _wrapped(stage: str, command: list[str]) -> list[str]:
+def wrapped(stage: str, command: list[str]) -> list[str]:
     """The trainer entrypoint runs the real tool and reports the stage's outcome for the status."""
     return ["speculator-operator", "trainer", "run", "--stage", stage, "--", *command]
 
 
-def _container(image: str, args: list[str], **extra: Any) -> dict[str, Any]:
+def make_container(image: str, args: list[str], **extra: Any) -> dict[str, Any]:
     return {"name": "main", "image": image, "command": args[:1], "args": args[1:], **extra}

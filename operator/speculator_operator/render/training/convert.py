@@ -16,17 +16,8 @@ import json
 from typing import Any
 
 from speculator_operator.domain.algorithms import Algorithm
-from speculator_operator.render.training.common import (
-    CHECKPOINTS,
-    CONVERT_SOURCE,
-    STITCHED,
-    VERIFIER,
-    Inputs,
-    Stage,
-    _container,
-    _job,
-    _wrapped,
-)
+from speculator_operator.render.training import common
+from speculator_operator.render.training.common import CHECKPOINTS, CONVERT_SOURCE, STITCHED, VERIFIER, Inputs, Stage
 
 
 def convert_kwargs(inputs: Inputs) -> dict[str, Any]:
@@ -60,9 +51,9 @@ def convert_stage(inputs: Inputs) -> Stage | None:
     kwargs = convert_kwargs(inputs)
     if kwargs:
         command += ["--algorithm-kwargs", json.dumps(kwargs, separators=(",", ":"), sort_keys=True)]
-    container = _container(inputs.release.image("trainer"), _wrapped("convert", command))
+    container = common.make_container(inputs.release.image("trainer"), common.wrapped("convert", command))
     # 1 is what the converters' ValueError (a key or shape that does not fit) exits with: no retry mends it
-    job = _job(inputs, "convert", inputs.spec.stages.cpu, container, fail_fast_codes=(1, 2))
+    job = common.make_job(inputs, "convert", inputs.spec.stages.cpu, container, fail_fast_codes=(1, 2))
     return Stage("convert", "Converting", [job], command=command)
 
 
@@ -70,6 +61,6 @@ def stitch_stage(inputs: Inputs) -> Stage | None:
     if inputs.spec.algorithm != Algorithm.MTP.value:
         return None
     command = ["speculators", "stitch-mtp", CHECKPOINTS, VERIFIER, "--output-path", STITCHED]
-    container = _container(inputs.release.image("trainer"), _wrapped("stitch", command))
-    job = _job(inputs, "stitch", inputs.spec.stages.cpu, container, fail_fast_codes=(1, 2))
+    container = common.make_container(inputs.release.image("trainer"), common.wrapped("stitch", command))
+    job = common.make_job(inputs, "stitch", inputs.spec.stages.cpu, container, fail_fast_codes=(1, 2))
     return Stage("stitch", "Stitching", [job], command=command)

@@ -9,6 +9,7 @@ from typing import Any
 from speculator_operator.render.serving import (
     pvc_volume,
 )
+from speculator_operator.render.training import common
 from speculator_operator.render.training.common import (
     CONVERT_SOURCE,
     HELD_OUT,
@@ -18,11 +19,6 @@ from speculator_operator.render.training.common import (
     VERIFIER,
     Inputs,
     Stage,
-    _container,
-    _endpoint,
-    _job,
-    _secrets,
-    _wrapped,
 )
 
 
@@ -75,9 +71,9 @@ def fetch_stage(inputs: Inputs) -> Stage:
         command += ["--convert", f"{local.get(convert.source, convert.source)}={CONVERT_SOURCE}"]
         if convert.revision:
             command += ["--convert-revision", convert.revision]
-    creds = _secrets(spec.verifier.credentials, convert.credentials if convert is not None else None)
-    container = _container(inputs.release.image("trainer"), command, envFrom=creds, volumeMounts=mounts)
-    job = _job(inputs, "fetch", spec.stages.cpu, container, extra_volumes=volumes)
+    creds = common.secret_envs(spec.verifier.credentials, convert.credentials if convert is not None else None)
+    container = common.make_container(inputs.release.image("trainer"), command, envFrom=creds, volumeMounts=mounts)
+    job = common.make_job(inputs, "fetch", spec.stages.cpu, container, extra_volumes=volumes)
     return Stage("fetch", "Preparing", [job], command=command)
 
 
@@ -90,7 +86,7 @@ def regenerate_stage(inputs: Inputs) -> Stage | None:
         dataset = f"{SOURCES}/regenerate/{dataset.rstrip('/').rsplit('/', 1)[-1]}"
     command = [
         "speculators", "regenerate-responses",
-        "--endpoint", f"{_endpoint(inputs, 'verifier')}/v1/chat/completions",
+        "--endpoint", f"{common.endpoint_of(inputs, 'verifier')}/v1/chat/completions",
         "--model", VERIFIER,
         "--dataset", dataset,
         "--outfile", REGENERATED,
@@ -103,11 +99,11 @@ def regenerate_stage(inputs: Inputs) -> Stage | None:
             command += [flag, str(value)]
     if regen.sampling_params:
         command += ["--sampling-params", json.dumps(regen.sampling_params, separators=(",", ":"), sort_keys=True)]
-    container = _container(inputs.release.image("trainer"), _wrapped("regenerate", command))
+    container = common.make_container(inputs.release.image("trainer"), common.wrapped("regenerate", command))
     return Stage(
         "regenerate",
         "Regenerating",
-        [_job(inputs, "regenerate", inputs.spec.stages.cpu, container)],
+        [common.make_job(inputs, "regenerate", inputs.spec.stages.cpu, container)],
         server="verifier",
         command=command,
     )
@@ -131,14 +127,18 @@ def prepare_stage(inputs: Inputs) -> Stage:
         command.append("--no-skip-token-freq")  # else the trainer silently falls back to the full vocabulary
     server = None
     if needs_render(inputs):
-        command += ["--render-endpoint", _endpoint(inputs, "verifier")]
+        command += ["--render-endpoint", common.endpoint_of(inputs, "verifier")]
         server = "verifier"
-    wrapped = _wrapped("prepare", command)
+    wrapped = common.wrapped("prepare", command)
     ev = spec.evaluation
     if ev is not None and not ev.prompts:
         # the evaluation's samples leave the prepared data here, before extraction and training see it
         wrapped[5:5] = ["--hold-out", str(ev.held_out), "--held-out-file", HELD_OUT]
-    container = _container(inputs.release.image("trainer"), wrapped)
+    container = common.make_container(inputs.release.image("trainer"), wrapped)
     return Stage(
-        "prepare", "Preparing", [_job(inputs, "prepare", spec.stages.cpu, container)], server=server, command=command
+        "prepare",
+        "Preparing",
+        [common.make_job(inputs, "prepare", spec.stages.cpu, container)],
+        server=server,
+        command=command,
     )

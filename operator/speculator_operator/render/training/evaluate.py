@@ -15,16 +15,8 @@ import json
 from speculator_operator.api.podcontract import FAILED_EVALUATIONS, ExitCode
 from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.render.serving import PORT
-from speculator_operator.render.training.common import (
-    HELD_OUT,
-    VERIFIER,
-    Inputs,
-    Stage,
-    _container,
-    _endpoint,
-    _job,
-    final_checkpoint,
-)
+from speculator_operator.render.training import common
+from speculator_operator.render.training.common import HELD_OUT, VERIFIER, Inputs, Stage, final_checkpoint
 
 # the exit codes that fail the Job at once: bad usage, and each failed evaluation (no retry can change them)
 FAIL_FAST = (int(ExitCode.USAGE), *(int(o.exit_code) for o in FAILED_EVALUATIONS))
@@ -36,7 +28,7 @@ def evaluate_stage(inputs: Inputs) -> Stage | None:
         return None
     command = [
         "speculator-operator", "trainer", "evaluate",
-        "--endpoint", _endpoint(inputs, "evaluator"),
+        "--endpoint", common.endpoint_of(inputs, "evaluator"),
         "--model", VERIFIER,
         "--checkpoint", final_checkpoint(inputs),
         "--verifier", VERIFIER,
@@ -56,8 +48,8 @@ def evaluate_stage(inputs: Inputs) -> Stage | None:
         command += ["--min-acceptance", str(ev.min_acceptance)]
     if ev.min_speedup is not None:
         command += ["--min-speedup", str(ev.min_speedup)]
-    container = _container(inputs.release.image("trainer"), command)
-    job = _job(inputs, "evaluate", inputs.spec.stages.cpu, container,
+    container = common.make_container(inputs.release.image("trainer"), command)
+    job = common.make_job(inputs, "evaluate", inputs.spec.stages.cpu, container,
                fail_fast_codes=FAIL_FAST)  # fmt: skip
     job["spec"]["activeDeadlineSeconds"] = ev.timeout_seconds
     return Stage("evaluate", "Evaluating", [job], server="evaluator", command=command)

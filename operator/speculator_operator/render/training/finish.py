@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import json
 
-from speculator_operator.render.training.common import (
-    OUTPUT_MOUNT,
-    VERIFIER,
-    Inputs,
-    Stage,
-    _container,
-    _job,
-    _secrets,
-    final_checkpoint,
-)
+from speculator_operator.render.training import common
+from speculator_operator.render.training.common import OUTPUT_MOUNT, VERIFIER, Inputs, Stage, final_checkpoint
 
 
 def audit_stage(inputs: Inputs) -> Stage:
     checkpoint = final_checkpoint(inputs)
     command = ["speculator-operator", "trainer", "audit", checkpoint, "--verifier", VERIFIER]
     command += ["--release", inputs.release.name]
-    container = _container(inputs.release.image("trainer"), command)
+    container = common.make_container(inputs.release.image("trainer"), command)
     # 1: audit errors, 2: unreadable checkpoint - neither changes on a retry
-    job = _job(inputs, "audit", inputs.spec.stages.cpu, container, fail_fast_codes=(1, 2))
+    job = common.make_job(inputs, "audit", inputs.spec.stages.cpu, container, fail_fast_codes=(1, 2))
     return Stage("audit", "Auditing", [job], command=command)
 
 
@@ -49,8 +41,11 @@ def publish_stage(inputs: Inputs) -> Stage:
         command += ["--verifier-content", inputs.verifier_content]
     if inputs.evaluation:
         command += ["--evaluation", json.dumps(inputs.evaluation, separators=(",", ":"), sort_keys=True)]
-    container = _container(
-        inputs.release.image("trainer"), command, envFrom=_secrets(spec.output.credentials), volumeMounts=mounts
+    container = common.make_container(
+        inputs.release.image("trainer"),
+        command,
+        envFrom=common.secret_envs(spec.output.credentials),
+        volumeMounts=mounts,
     )
-    job = _job(inputs, "publish", spec.stages.cpu, container, extra_volumes=volumes)
+    job = common.make_job(inputs, "publish", spec.stages.cpu, container, extra_volumes=volumes)
     return Stage("publish", "Publishing", [job], command=command)

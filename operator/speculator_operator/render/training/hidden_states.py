@@ -11,6 +11,7 @@ from speculator_operator.render.serving import (
     PORT,
     RenderError,
 )
+from speculator_operator.render.training import common
 from speculator_operator.render.training.common import (
     HIDDEN_STATES,
     HS_STAGING,
@@ -18,12 +19,6 @@ from speculator_operator.render.training.common import (
     VERIFIER,
     Inputs,
     Stage,
-    _container,
-    _endpoint,
-    _job,
-    _meta,
-    _pod,
-    _wrapped,
     extraction_layers,
     labels,
     server_name,
@@ -39,7 +34,7 @@ def extract_stage(inputs: Inputs) -> Stage | None:
     ranks = spec.hidden_states.replicas
     command = [
         "speculators", "generate-offline-data",
-        "--endpoint", f"{_endpoint(inputs, 'extractor')}/v1",
+        "--endpoint", f"{common.endpoint_of(inputs, 'extractor')}/v1",
         "--model", VERIFIER,
         "--preprocessed-data", PREPARED,
         "--output", HIDDEN_STATES,
@@ -50,8 +45,8 @@ def extract_stage(inputs: Inputs) -> Stage | None:
         command += ["--max-samples", str(spec.dataset.max_samples)]
     if ranks > 1:
         command += ["--world-size", str(ranks), "--rank", "$(JOB_COMPLETION_INDEX)"]
-    container = _container(inputs.release.image("trainer"), _wrapped("extract", command))
-    job = _job(inputs, "extract", spec.stages.cpu, container, completions=ranks)
+    container = common.make_container(inputs.release.image("trainer"), common.wrapped("extract", command))
+    job = common.make_job(inputs, "extract", spec.stages.cpu, container, completions=ranks)
     return Stage("extract", "Extracting", [job], server="extractor", command=command)
 
 
@@ -146,7 +141,7 @@ def server(inputs: Inputs, role: str) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
     if role == "extractor" and spec.hidden_states.backend == "mooncake":
         env.append({"name": "MOONCAKE_LOCAL_HOSTNAME", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
-    container = _container(
+    container = common.make_container(
         inputs.release.image("extraction"),
         entrypoint,
         env=env,
@@ -155,19 +150,19 @@ def server(inputs: Inputs, role: str) -> list[dict[str, Any]]:
         readinessProbe={"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5, "failureThreshold": 3},
         livenessProbe={"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 6},
     )
-    pod = _pod(inputs, role, spec.stages.server, container, spec.hidden_states.tensor_parallel_size)
+    pod = common.make_pod(inputs, role, spec.stages.server, container, spec.hidden_states.tensor_parallel_size)
     selector = {**labels(inputs.name, role)}
     replicas = spec.hidden_states.replicas if role == "extractor" else 1
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(inputs, name, role),
+        "metadata": common.make_meta(inputs, name, role),
         "spec": {"replicas": replicas, "selector": {"matchLabels": selector}, "template": pod},
     }
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(inputs, name, role),
+        "metadata": common.make_meta(inputs, name, role),
         "spec": {"selector": selector, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]},
     }
     return [deployment, service]

@@ -10,6 +10,7 @@ from speculator_operator.domain.releases import Release
 from speculator_operator.render.serving import (
     RenderError,
 )
+from speculator_operator.render.training import common
 from speculator_operator.render.training.common import (
     CHECKPOINTS,
     HIDDEN_STATES,
@@ -19,11 +20,6 @@ from speculator_operator.render.training.common import (
     VERIFIER,
     Inputs,
     Stage,
-    _container,
-    _endpoint,
-    _job,
-    _meta,
-    _wrapped,
     job_name,
     target_layers,
 )
@@ -125,7 +121,7 @@ def train_command(inputs: Inputs) -> list[str]:
     elif spec.hidden_states.mode == "offline":
         args += ["--hidden-states-path", HIDDEN_STATES, "--on-missing", "raise"]
     else:
-        args += ["--vllm-endpoint", f"{_endpoint(inputs, 'extractor')}/v1", "--on-missing", "generate"]
+        args += ["--vllm-endpoint", f"{common.endpoint_of(inputs, 'extractor')}/v1", "--on-missing", "generate"]
     if spec.hidden_states.backend == "mooncake" and spec.hidden_states.mooncake_master:
         args += ["--mooncake-master", spec.hidden_states.mooncake_master]
     if spec.training.fsdp and not spec.training.dry_run:
@@ -156,7 +152,7 @@ def train_stage(inputs: Inputs) -> Stage:
             {
                 "apiVersion": "v1",
                 "kind": "Service",
-                "metadata": _meta(inputs, subdomain, "train"),
+                "metadata": common.make_meta(inputs, subdomain, "train"),
                 "spec": {
                     "clusterIP": "None",
                     "publishNotReadyAddresses": True,
@@ -165,16 +161,16 @@ def train_stage(inputs: Inputs) -> Stage:
                 },
             }
         )
-    container = _container(
+    container = common.make_container(
         inputs.release.image("trainer"),
-        _wrapped("train", command),
+        common.wrapped("train", command),
         ports=[{"name": "rendezvous", "containerPort": RDZV_PORT}] if nodes > 1 else [],
     )
     if not container["ports"]:
         del container["ports"]
     # several nodes fail together: a restart of the group costs every node's progress, so the retry
     # budget counts pods
-    job = _job(
+    job = common.make_job(
         inputs,
         "train",
         spec.stages.trainer,
