@@ -61,6 +61,17 @@ def test_no_module_spells_a_label_or_annotation_key_outside_labels() -> None:
     assert spelled_outside("api/labels.py", LABEL_KEYS) == []
 
 
+def test_no_selector_spells_a_label_key_inside_a_string() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "labels.py":
+            continue
+        for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            if tok.type == tokenize.STRING and any(f"{key}=" in tok.string for key in LABEL_KEYS):
+                found.append(f"{path.relative_to(PACKAGE)}:{tok.start[0]}")
+    assert found == []
+
+
 def test_what_is_spelled_for_the_schema_and_derived_agrees_with_the_table() -> None:
     assert get_args(SpecAlgorithm) == algorithms.TRAINABLE
     assert {a: str(v) for a, v in MIN_VLLM_FOR_ALGORITHM.items()} == {

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import kopf
-from kopf._cogs.structs.references import Resource
 
 from speculator_operator.api.common import GROUP
+from speculator_operator.api.labels import MANAGED_BY_LABEL
 from speculator_operator.controllers import CHILD_KINDS, watch_only_children
 from speculator_operator.render.serving import MANAGED_BY
 
-MANAGED = "app.kubernetes.io/managed-by"
+MANAGED = MANAGED_BY_LABEL
 
 
 def _handlers() -> list[object]:
+    # kopf has no public way to list a registry's handlers: its registries' own containers are read here (a
+    # test only; the operator itself uses kopf's public API)
     registry = kopf.get_default_registry()
     return [*registry._watching.get_all_handlers(), *registry._indexing.get_all_handlers()]
 
@@ -30,9 +32,9 @@ def test_the_child_kinds_are_selected_by_label_on_the_api_server_and_the_project
     settings = kopf.OperatorSettings()
     watch_only_children(settings)
     for group, plural in CHILD_KINDS:
-        resource = Resource(group=group, version="v1", plural=plural)
+        resource = kopf.Resource(group=group, version="v1", plural=plural)
         assert list(settings.watching.label_selectors.collect(resource)) == [f"{MANAGED}={MANAGED_BY}"]
-    own = Resource(group=GROUP, version="v1alpha1", plural="speculatordeployments", kind="SpeculatorDeployment")
+    own = kopf.Resource(group=GROUP, version="v1alpha1", plural="speculatordeployments", kind="SpeculatorDeployment")
     assert list(settings.watching.label_selectors.collect(own)) == []
-    other = Resource(group="apps", version="v1", plural="statefulsets")
+    other = kopf.Resource(group="apps", version="v1", plural="statefulsets")
     assert list(settings.watching.label_selectors.collect(other)) == []

@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 
 from speculator_harness import LocalCluster, S3Info
+from speculator_operator.domain.algorithms import SERVED_AS_DRAFT
 from speculator_operator.render.training import WORKSPACE
 
 from ..lanes import REPO, make_tiny_verifier, run_in, workloads_env_path
 
 __all__ = ["REPO", "container_argv", "ensure_bucket", "run_in"]
-ALGORITHMS = ("eagle3", "peagle", "dflash", "dflash2", "dspark")
+# every algorithm vLLM loads as a draft (the algorithm table): each one a `train --dry-run` from the tiny verifier
+ALGORITHMS = tuple(SERVED_AS_DRAFT)
 # the vLLM processes started here run as the server image's cpu variant runs them: the model in the engine's
 # own process, no worker process beside it (docs/performance/vllm-cpu-startup.md)
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

@@ -9,6 +9,7 @@ from typing import Any
 
 import kopf
 
+from speculator_operator.api.labels import MANAGED_BY_LABEL
 from speculator_operator.controllers import deployment, telemetry, trainjob  # noqa: F401  (registers the handlers)
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube, metrics
@@ -52,4 +53,4 @@ def watch_only_children(settings: kopf.OperatorSettings) -> None:
     filtered by kopf once decoded, or every pod, Deployment, Service, PDB and Job in the cluster comes over
     the watch, is decoded, and waits in its object's queue to be dropped."""
     for group, plural in CHILD_KINDS:
-        settings.watching.label_selectors[group, "v1", plural] = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+        settings.watching.label_selectors[group, "v1", plural] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"

@@ -148,7 +148,7 @@ def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, 
 
 
 def deployment_pods(namespace: str, name: str) -> list[dict[str, Any]]:
-    return list_pods(namespace, f"speculators.dev/deployment={name}")
+    return list_pods(namespace, f"{DEPLOYMENT_LABEL}={name}")
 
 
 def _post(body: kopf.Body, p: Plan) -> None:

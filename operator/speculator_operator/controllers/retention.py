@@ -14,6 +14,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from speculator_operator.api.labels import MANAGED_BY_LABEL
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.domain.checkpoint.manifest import LATEST, PROVENANCE
 from speculator_operator.domain.checkpoint.sources import s3_client
@@ -59,7 +60,7 @@ def _delete_folder(s3: Any, bucket: str, key_prefix: str) -> None:
 
 
 def _cluster_references(pointer: str | None) -> set[str]:
-    managed = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+    managed = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     replicasets = kube.list_objects("apps/v1", "ReplicaSet", label_selector=managed)
     jobs = kube.list_custom("speculatortrainjobs")
     deps = kube.list_custom("speculatordeployments")
