@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ from speculator_operator.domain.algorithms import MTP_COUNT_KEY, Algorithm, Fami
 from speculator_operator.domain.checkpoint.manifest import INDEX as INDEX_FILE
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE, Kind, Manifest
 from speculator_operator.domain.checkpoint.manifest import SINGLE as SINGLE_FILE
-from speculator_operator.domain.checkpoint.safetensors_header import HeaderError, TensorInfo, parse_header
+from speculator_operator.domain.checkpoint.safetensors_header import HeaderError, TensorInfo, json_object, parse_header
 from speculator_operator.domain.checkpoint.sources import Source, SourceError, open_source, read_header
 
 LAYER_RE = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
@@ -24,13 +23,7 @@ class CheckpointError(ValueError):
 
 
 def _json_object(data: bytes, where: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{where}: not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise CheckpointError(f"{where}: a JSON {type(value).__name__}, not an object")
-    return value
+    return json_object(data, f"{where}:", CheckpointError)
 
 
 def _int(value: Any) -> int | None:

@@ -26,6 +26,17 @@ DTYPE_BYTES = {
 DTYPE_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
 
 
+def json_object(data: bytes, what: str, error: type[Exception]) -> dict[str, Any]:
+    """`data` as a JSON object, else `error` naming `what` ("<where>: header is", "<where>:") and the reason."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{what} not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise error(f"{what} a JSON {type(value).__name__}, not an object")
+    return value
+
+
 class HeaderError(ValueError):
     """A safetensors header that cannot be trusted; the message names the file and the problem."""
 
@@ -63,12 +74,7 @@ def parse_header(
     """`raw` is the N header bytes (after the 8-byte length) of `file`; `label` names it in errors.
     Returns (tensors, metadata)."""
     where = label or file
-    try:
-        table = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HeaderError(f"{where}: header is not valid JSON ({exc})") from None
-    if not isinstance(table, dict):
-        raise HeaderError(f"{where}: header is a JSON {type(table).__name__}, not an object")
+    table = json_object(raw, f"{where}: header is", HeaderError)
     data_start = 8 + len(raw)
     data_size = None if file_size is None else file_size - data_start
     metadata: dict[str, str] = {}
