@@ -5,6 +5,7 @@ line and the environment."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from speculator_operator.render.training import Inputs, render_all
 
 # what each stage's entrypoint reports (trainer.run, fetch, audit, publish, evaluate), with the values it writes
 REPORTS: dict[str, dict[str, Any]] = {
-    "fetch": {"verifier": "/workspace/verifier", "revision": "abc", "dataFiles": ["/workspace/data/0.jsonl"],
+    "fetch": {"verifier": "/workspace/verifier", "revision": "abc", "dataFiles": 2,
               "converted": ""},
     "prepare": {"seconds": 12.5, "samples": 16, "heldOut": 4, "fingerprint": "f00d"},
     "extract": {"seconds": 3.0, "samples": 16},
@@ -34,6 +35,9 @@ REPORTS: dict[str, dict[str, Any]] = {
     "publish": {"uri": "s3://drafts/q/sha256-ab", "digest": "sha256:ab"},
     "evaluate": {"evaluation": {"outcome": "Passed", "rate": 0.7}, "message": "acceptance 0.7 over 9 drafts"},
 }  # fmt: skip
+
+
+# what each stage's entrypoint reports, as the real writers make it below: the types the contract must take
 
 
 @pytest.fixture
@@ -129,3 +133,45 @@ def test_the_pod_and_the_operator_take_one_progress_interval(monkeypatch: pytest
     monkeypatch.delenv(podcontract.REPORT_PATH_ENV)
     assert podcontract.report_path() == "/dev/termination-log"
     assert json.loads(podcontract.progress_line({"stage": "train", "step": None})[len(podcontract.PROGRESS_PREFIX) :])
+
+
+def _decoded(log: Path) -> StageReport:
+    found = StageReport.decode(log.read_text())
+    assert found is not None
+    return found
+
+
+def test_the_fetch_stages_report_reads_back(termination_log: Path, tmp_path: Path) -> None:
+    verifier, data = tmp_path / "verifier", tmp_path / "data"
+    verifier.mkdir()
+    (verifier / "config.json").write_text("{}")
+    data.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        (data / name).write_text("{}\n")
+    dest = tmp_path / "ws" / "verifier"
+    assert trainer.fetch(str(verifier), str(dest), None, [f"{data}={tmp_path / 'ws' / 'data'}"]) == 0
+    found = _decoded(termination_log)
+    assert (found.stage, found.verifier, found.data_files, found.converted) == ("fetch", str(dest), 2, None)
+
+
+@pytest.mark.parametrize(
+    ("stage", "made", "expect"),
+    [
+        ("train", ["0/", "1/"], {"epoch": 2}),
+        ("extract", ["hs_0.safetensors", "hs_1.safetensors", "hs_2.safetensors"], {"samples": 3}),
+        ("convert", ["config.json", "model.safetensors"], {"files": 2}),
+    ],
+)
+def test_a_tool_stages_report_reads_back(
+    stage: str, made: list[str], expect: dict[str, Any], termination_log: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in made:
+        (out / name).mkdir() if name.endswith("/") else (out / name).write_text("x")
+    flag = {"train": "--save-path", "extract": "--output", "convert": "--output-path"}[stage]
+    assert trainer.run(stage, [sys.executable, "-c", "pass", flag, str(out)]) == 0
+    found = _decoded(termination_log)
+    assert found.stage == stage
+    assert found.seconds is not None
+    assert {k: getattr(found, k) for k in expect} == expect

@@ -94,7 +94,7 @@ class StageReport(BaseModel):
     files: int | None = None  # convert, stitch: files written
     verifier: str | None = None  # fetch: where the verifier was staged
     revision: str | None = None  # fetch: the verifier revision fetched
-    data_files: list[str] | None = Field(None, alias="dataFiles")  # fetch
+    data_files: int | None = Field(None, alias="dataFiles")  # fetch: data files staged
     converted: str | None = None  # fetch: the staged source of a conversion
     algorithm: str | None = None  # audit: the checkpoint's speculators_model_type
     audit: dict[str, Any] | None = None  # audit: the summary (ok, counts, findings)
