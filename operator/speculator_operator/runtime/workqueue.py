@@ -1,0 +1,186 @@
+"""A work queue with controller-runtime's semantics, for one pass per object at a time.
+
+Every trigger (an event of the object or of a child, a due poll or resync, a scrape whose result moved, a
+tuning decision, a publish, a drift) only *adds the object's key with its cause*. The queue then promises:
+
+- a key is processed by at most one worker at a time;
+- keys added while their pass runs coalesce into exactly one more pass, which gets every cause added meanwhile;
+- a pass that raises, or asks for it, is retried after a per-key back-off that doubles from `base_delay` up to
+  `max_delay`, and is reset by the key's next pass that succeeds (controller-runtime's per-item exponential
+  rate limiter, `workqueue.DefaultTypedItemBasedRateLimiter`);
+- a pass that asks to run again after a delay (`Result.after`: a poll that is due later) is added back then,
+  without back-off.
+
+Why it is built so (docs/design/runtime.md): the controllers' passes read, plan, apply children and write
+status; two passes of one object at once, from copies of different ages, could apply an older revision over a
+newer one. controller-runtime (`pkg/internal/controller/controller.go`) makes that impossible by structure with
+one queue, a dirty set and a processing set; this is the same in Python threads, because the passes block on
+the API server and the checkpoint sources. Pure of Kubernetes: the keys and the handler are the caller's.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a pass asks for: nothing more (the default), a retry with back-off, or a pass after `after` s."""
+
+    retry: bool = False
+    after: float | None = None
+
+
+DONE = Result()
+
+
+@dataclass(order=True)
+class _Timer(Generic[K]):
+    due: float
+    seq: int
+    key: K = field(compare=False)
+    cause: str = field(compare=False)
+
+
+class WorkQueue(Generic[K]):
+    """`handler(key, causes) -> Result` runs on `workers` threads, one pass per key at a time."""
+
+    def __init__(
+        self,
+        handler: Callable[[K, frozenset[str]], Result],
+        workers: int = 4,
+        base_delay: float = 1.0,
+        max_delay: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+        name: str = "workqueue",
+    ) -> None:
+        self._handler, self._base, self._max, self._clock = handler, base_delay, max_delay, clock
+        self._lock = threading.Condition()
+        self._queue: list[K] = []  # keys ready for a pass, in order of arrival
+        self._causes: dict[K, set[str]] = {}  # queued or dirty keys -> the causes gathered for their next pass
+        self._processing: set[K] = set()
+        self._failures: dict[K, int] = {}  # consecutive failed passes per key: the back-off's exponent
+        self._timers: list[_Timer[K]] = []
+        self._seq = 0
+        self._stopped = False
+        self.passes = 0  # passes run, for a passes_total metric
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
+        self._threads.append(threading.Thread(target=self._tick, name=f"{name}-timers", daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    # ---- triggers ----------------------------------------------------------------------------------------
+
+    def add(self, key: K, cause: str) -> None:
+        """Ask for a pass of `key` because of `cause`: queued, merged into a queued one, or one more after the
+        running one."""
+        with self._lock:
+            if self._stopped:
+                return
+            pending = self._causes.get(key)
+            if pending is not None:
+                pending.add(cause)  # queued, or dirty behind its running pass: it will be seen
+                return
+            self._causes[key] = {cause}
+            if key not in self._processing:
+                self._queue.append(key)
+                self._lock.notify_all()
+
+    def add_after(self, key: K, cause: str, delay: float) -> None:
+        """`add(key, cause)` in `delay` seconds."""
+        with self._lock:
+            self._seq += 1
+            heapq.heappush(self._timers, _Timer(self._clock() + max(delay, 0.0), self._seq, key, cause))
+            self._lock.notify_all()
+
+    def backoff(self, key: K) -> float:
+        """The delay before the next retry of `key`: base · 2^(failures-1), capped."""
+        with self._lock:
+            failures = self._failures.get(key, 0)
+        return float(min(self._base * 2 ** max(failures - 1, 0), self._max))
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no key is queued or in a pass and no retry or requeue is pending (False: timed out)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._queue or self._processing or self._timers:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(left)
+            return True
+
+    def depth(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            self._stopped = True
+            self._lock.notify_all()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    # ---- workers -----------------------------------------------------------------------------------------
+
+    def _take(self) -> tuple[K, frozenset[str]] | None:
+        with self._lock:
+            while not self._queue and not self._stopped:
+                self._lock.wait()
+            if self._stopped:
+                return None
+            key = self._queue.pop(0)
+            self._processing.add(key)
+            return key, frozenset(self._causes.pop(key, set()))
+
+    def _work(self) -> None:
+        while (taken := self._take()) is not None:
+            key, causes = taken
+            try:
+                result = self._handler(key, causes)
+            except Exception:  # a pass that raises is retried with back-off; the handler logs its own errors
+                result = Result(retry=True)
+            self._done(key, result)
+
+    def _done(self, key: K, result: Result) -> None:
+        with self._lock:
+            self.passes += 1
+            self._processing.discard(key)
+            if result.retry:
+                self._failures[key] = self._failures.get(key, 0) + 1
+                delay = min(self._base * 2 ** (self._failures[key] - 1), self._max)
+                self._seq += 1
+                heapq.heappush(self._timers, _Timer(self._clock() + delay, self._seq, key, "retry"))
+            else:
+                self._failures.pop(key, None)
+                if result.after is not None:
+                    self._seq += 1
+                    heapq.heappush(self._timers, _Timer(self._clock() + result.after, self._seq, key, "requeue"))
+            if key in self._causes:  # added while it ran: exactly one more pass, now
+                self._queue.append(key)
+            self._lock.notify_all()
+
+    def _tick(self) -> None:
+        with self._lock:
+            while not self._stopped:
+                now = self._clock()
+                due = []
+                while self._timers and self._timers[0].due <= now:
+                    due.append(heapq.heappop(self._timers))
+                if due:
+                    self._lock.release()
+                    try:
+                        for timer in due:
+                            self.add(timer.key, timer.cause)
+                    finally:
+                        self._lock.acquire()
+                    continue
+                wait = self._timers[0].due - now if self._timers else None
+                self._lock.wait(timeout=None if wait is None else min(wait, 1.0))

@@ -1,0 +1,125 @@
+"""The work queue's promises (runtime/workqueue.py): one pass per key at a time, triggers during a pass coalesce
+into exactly one more, failures retry with a capped, doubling back-off that success resets, and a pass may ask
+for another later. Every wait below is on a condition; the timeouts only bound a failing test."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+
+from speculator_operator.runtime.workqueue import DONE, Result, WorkQueue
+
+LIMIT = 10.0  # seconds a failing test may hang before it fails
+Handler = Callable[[str, frozenset[str]], Result]
+
+
+def test_triggers_during_a_pass_coalesce_into_exactly_one_more_with_all_their_causes() -> None:
+    started, release = threading.Event(), threading.Event()
+    passes: list[frozenset[str]] = []
+    running: dict[str, int] = defaultdict(int)
+    most: dict[str, int] = defaultdict(int)
+    lock = threading.Lock()
+
+    def handler(key: str, causes: frozenset[str]) -> Result:
+        with lock:
+            running[key] += 1
+            most[key] = max(most[key], running[key])
+            passes.append(causes)
+            first = len(passes) == 1
+        if first:
+            started.set()
+            assert release.wait(LIMIT)
+        with lock:
+            running[key] -= 1
+        return DONE
+
+    queue: WorkQueue[str] = WorkQueue(handler, workers=4)
+    try:
+        queue.add("ns/a", "created")
+        assert started.wait(LIMIT)
+        for cause in ("child", "poll", "drift", "child"):
+            queue.add("ns/a", cause)  # four idle workers, yet none may take the key while its pass runs
+        assert queue.depth() == 0
+        release.set()
+        assert queue.wait_idle(LIMIT)
+    finally:
+        queue.shutdown()
+    assert passes == [frozenset({"created"}), frozenset({"child", "poll", "drift"})]
+    assert most["ns/a"] == 1
+    assert queue.passes == 2
+
+
+def test_different_keys_run_at_the_same_time() -> None:
+    barrier = threading.Barrier(2, timeout=LIMIT)
+    met: list[str] = []
+
+    def handler(key: str, causes: frozenset[str]) -> Result:
+        barrier.wait()  # each pass waits for the other key's: only concurrent passes get through
+        met.append(key)
+        return DONE
+
+    queue: WorkQueue[str] = WorkQueue(handler, workers=2)
+    try:
+        queue.add("a", "x")
+        queue.add("b", "x")
+        assert queue.wait_idle(LIMIT)
+    finally:
+        queue.shutdown()
+    assert sorted(met) == ["a", "b"]
+
+
+def test_failures_back_off_doubling_to_the_cap_and_success_resets_it() -> None:
+    seen: list[tuple[frozenset[str], float]] = []
+    queues: list[WorkQueue[str]] = []
+
+    def handler(key: str, causes: frozenset[str]) -> Result:
+        seen.append((causes, queues[0].backoff(key)))
+        if len(seen) <= 4:
+            raise RuntimeError("the API server said 500")
+        return DONE
+
+    queues.append(WorkQueue(handler, workers=1, base_delay=0.001, max_delay=0.004))
+    queue = queues[0]
+    try:
+        queue.add("k", "created")
+        assert queue.wait_idle(LIMIT)
+        after_success = queue.backoff("k")
+    finally:
+        queue.shutdown()
+    assert [c for c, _ in seen] == [frozenset({"created"})] + [frozenset({"retry"})] * 4
+    # the back-off in force when each pass began: none yet, then 1, 2, 4 ms, then capped at 4
+    assert [b for _, b in seen] == [0.001, 0.001, 0.002, 0.004, 0.004]
+    assert after_success == 0.001
+
+
+def test_a_pass_may_ask_for_another_later_without_back_off() -> None:
+    causes: list[frozenset[str]] = []
+
+    def handler(key: str, c: frozenset[str]) -> Result:
+        causes.append(c)
+        return Result(after=0.001) if len(causes) == 1 else DONE
+
+    queue: WorkQueue[str] = WorkQueue(handler, workers=1)
+    try:
+        queue.add("k", "created")
+        assert queue.wait_idle(LIMIT)
+        backoff = queue.backoff("k")
+    finally:
+        queue.shutdown()
+    assert causes == [frozenset({"created"}), frozenset({"requeue"})]
+    assert backoff == 1.0  # the default base: no failure counted
+
+
+def test_after_shutdown_nothing_runs() -> None:
+    ran: list[str] = []
+
+    def handler(key: str, c: frozenset[str]) -> Result:
+        ran.append(key)
+        return DONE
+
+    queue: WorkQueue[str] = WorkQueue(handler, workers=2)
+    queue.shutdown()
+    queue.add("k", "late")
+    assert ran == []
+    assert queue.depth() == 0
