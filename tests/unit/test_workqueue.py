@@ -14,6 +14,16 @@ LIMIT = 10.0  # seconds a failing test may hang before it fails
 Handler = Callable[[str, frozenset[str]], Result]
 
 
+def settled(queue: WorkQueue[str], key: str) -> float:
+    """Trigger `key` once, wait until the queue is idle, shut it down; the key's back-off then."""
+    try:
+        queue.add(key, "created")
+        assert queue.wait_idle(LIMIT)
+        return queue.backoff(key)
+    finally:
+        queue.shutdown()
+
+
 def test_triggers_during_a_pass_coalesce_into_exactly_one_more_with_all_their_causes() -> None:
     started, release = threading.Event(), threading.Event()
     passes: list[frozenset[str]] = []
@@ -80,13 +90,7 @@ def test_failures_back_off_doubling_to_the_cap_and_success_resets_it() -> None:
         return DONE
 
     queues.append(WorkQueue(handler, workers=1, base_delay=0.001, max_delay=0.004))
-    queue = queues[0]
-    try:
-        queue.add("k", "created")
-        assert queue.wait_idle(LIMIT)
-        after_success = queue.backoff("k")
-    finally:
-        queue.shutdown()
+    after_success = settled(queues[0], "k")
     assert [c for c, _ in seen] == [frozenset({"created"})] + [frozenset({"retry"})] * 4
     # the back-off in force when each pass began: none yet, then 1, 2, 4 ms, then capped at 4
     assert [b for _, b in seen] == [0.001, 0.001, 0.002, 0.004, 0.004]
@@ -100,13 +104,7 @@ def test_a_pass_may_ask_for_another_later_without_back_off() -> None:
         causes.append(c)
         return Result(after=0.001) if len(causes) == 1 else DONE
 
-    queue: WorkQueue[str] = WorkQueue(handler, workers=1)
-    try:
-        queue.add("k", "created")
-        assert queue.wait_idle(LIMIT)
-        backoff = queue.backoff("k")
-    finally:
-        queue.shutdown()
+    backoff = settled(WorkQueue(handler, workers=1), "k")
     assert causes == [frozenset({"created"}), frozenset({"requeue"})]
     assert backoff == 1.0  # the default base: no failure counted
 
