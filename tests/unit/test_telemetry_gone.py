@@ -34,18 +34,14 @@ def body() -> kopf.Body:
 
 @pytest.fixture
 def scrape(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
-    """A live object with one ready serving pod; the status writes the job asks for, recorded, not sent."""
+    """A live object with one ready serving pod; the passes the job asks for (its key enqueued), recorded."""
     target = {"pod": "p0", "ip": "127.0.0.1", "port": 9, "revision": "r1", "ready": True}
     monkeypatch.setattr(telemetry, "_pods", {(NAMESPACE, NAME): [target]})
-    writes: list[Any] = []
-
-    async def in_lane(fn: Any, *args: Any) -> None:
-        writes.append((fn.__name__, args))
-
-    monkeypatch.setattr(periodic, "in_lane", in_lane)
+    enqueued: list[Any] = []
+    monkeypatch.setattr(telemetry.DEPLOYMENTS, "enqueue", lambda *key_and_cause: enqueued.append(key_and_cause))
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
     periodic.seen(telemetry.PLURAL, body(), "ADDED")
-    yield writes
+    yield enqueued
     periodic.seen(telemetry.PLURAL, body(), "DELETED")
     telemetry.forget(NAMESPACE, NAME)
 
@@ -67,6 +63,7 @@ def kept() -> dict[str, bool]:
         "window": UID in telemetry._windows,
         "ready": UID in telemetry._ready_since,
         "positions": (NAMESPACE, NAME) in telemetry._positions,
+        "judged": (NAMESPACE, NAME) in telemetry._judged,
         "series": any(
             (sample.labels.get("namespace"), sample.labels.get("name")) == (NAMESPACE, NAME)
             for family in telemetry.RUNNING.collect()
@@ -77,14 +74,15 @@ def kept() -> dict[str, bool]:
 
 def test_a_live_object_is_measured_and_kept(scrape: list[Any]) -> None:
     run_scrape()
-    assert kept() == {"window": True, "ready": True, "positions": False, "series": True}
-    assert [name for name, _ in scrape] == ["write_status"]  # the failed scrape is said in status
+    assert kept() == {"window": True, "ready": True, "positions": False, "series": True, "judged": True}
+    # the failed scrape is to be said in status: held for the object's pass, which is asked for
+    assert scrape == [(NAMESPACE, NAME, "scrape")]
 
 
 def test_an_object_deleted_before_its_job_runs_keeps_nothing(scrape: list[Any]) -> None:
     periodic.seen(telemetry.PLURAL, body(), "DELETED")
     run_scrape()
-    assert kept() == {"window": False, "ready": False, "positions": False, "series": False}
+    assert kept() == {"window": False, "ready": False, "positions": False, "series": False, "judged": False}
     assert scrape == []
 
 
@@ -94,7 +92,7 @@ def test_an_object_deleted_during_its_scrape_keeps_nothing(scrape: list[Any], mo
 
     monkeypatch.setattr(telemetry, "_scrape_one", deleted_meanwhile)
     run_scrape()
-    assert kept() == {"window": False, "ready": False, "positions": False, "series": False}
+    assert kept() == {"window": False, "ready": False, "positions": False, "series": False, "judged": False}
     assert scrape == []
 
 

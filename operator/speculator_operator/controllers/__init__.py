@@ -40,8 +40,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 270
     watch_only_children(settings)
-    # the reconciles (audits, applies) wait on the API server and S3 more than on the CPU
-    settings.execution.max_workers = kube.HANDLER_WORKERS
+    # every handler is a coroutine; the passes run on the kinds' work queues (runtime/controller.py)
+    settings.execution.max_workers = 4
     # the operator's own /metrics: acceptance per deployment, scrape outcomes (telemetry.py), its work
     metrics.serve()
     metrics.LEADER.set(1)

@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
+from speculator_operator.controllers import telemetry
+from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.domain.checkpoint import (
     CheckpointError,
     SourceError,
@@ -48,6 +50,7 @@ from speculator_operator.planning.pods import pod_problem
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
+from speculator_operator.runtime.controller import HOOKS, PassStatus
 from speculator_operator.runtime.kube import (
     FIELD_MANAGER,
     RESYNC_SECONDS,
@@ -56,12 +59,12 @@ from speculator_operator.runtime.kube import (
     api_message,
     apply_children,
     current_child,
-    in_child_lane,
     list_pods,
     namespace_terminating,
     read_child,
     secret_data,
 )
+from speculator_operator.runtime.workqueue import DONE, Result
 
 PLURAL = "speculatordeployments"
 TRAIN_JOBS = "speculatortrainjobs"
@@ -143,78 +146,174 @@ def _observe_inputs(
     return obs
 
 
-def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, Any], cause: str) -> None:
-    kube.write_status(PLURAL, namespace, name, old, new, cause)
-
-
 def deployment_pods(namespace: str, name: str) -> list[dict[str, Any]]:
     return list_pods(namespace, f"{DEPLOYMENT_LABEL}={name}")
 
 
-def _post(body: kopf.Body, p: Plan) -> None:
-    for type_, reason, message in p.events:
-        kopf.event(body, type=type_, reason=reason, message=message[:1024])
+ORDER = ("reconcile", "restore", "trainjob", "tuning", "poll", "retrain", "child", "resync", "scrape")
+CONTROLLER = DEPLOYMENTS
+periodic.controlled(PLURAL, CONTROLLER)
+FULL = frozenset({"spec", "retry", "trainjob"})  # causes that always ask for the whole reconcile
+SERVING = frozenset({"child", "resync", "drift"})  # causes that ask for the replica counts and readiness again
 
 
-def reconcile_status(
-    body: kopf.Body,
-    spec: Mapping[str, Any],
-    meta: Mapping[str, Any],
-    status: Mapping[str, Any] | None,
-    name: str,
-    namespace: str,
-    uid: str,
-    restoring: str | None = None,
-    cause: str = "reconcile",
-) -> Plan:
-    """Observe, plan, write the status, apply the children, post the events: one reconcile of a
-    SpeculatorDeployment whose stored status is `status` (also the tuning loop's way to roll a revision).
-    `restoring` (why) re-applies children whose rendered form did not change: one was changed by hand; a
-    ChildRestored event says so when that changed something. `cause` labels its status writes."""
-    current = dict(status or {})
-    generation = int(meta.get("generation") or 0)
-    parsed = parse_spec(SpeculatorDeploymentSpec, spec)
-    if isinstance(parsed, Problem):
-        p = failed(Observed(generation=generation, status=current), parsed.reason, parsed.message)
-    else:
-        obs = _observe_inputs(name, namespace, parsed[0], generation, current)
-        p = plan(name, namespace, uid, parsed[0], parsed[1], obs)
-    p.status = adopt_retrain(current, p.status)
-    # status first: the child's events may arrive before this handler returns, and they are
-    # interpreted against the revision recorded here
-    write_status(namespace, name, current, p.status, cause)
-    if p.children:
-        try:
-            changed = apply_children(p.children, force=restoring is not None)
-            if restoring and changed:
-                log.info("%s/%s: %s; restored", namespace, name, restoring)
-                kopf.event(body, type="Normal", reason="ChildRestored", message=f"{restoring}; restored"[:1024])
-        except ApiException as exc:
-            if namespace_terminating(exc):
-                log.info("%s/%s: not applied, the namespace is being deleted", namespace, name)
+class _Pass:
+    """One pass of one SpeculatorDeployment: its steps change `status` (a PassStatus) and collect events; the
+    pass writes the status once and posts the events at its end."""
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.raw, self.body = raw, kopf.Body(cast(kopf.RawBody, raw))
+        meta = raw["metadata"]
+        self.namespace, self.name, self.uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
+        self.generation = int(meta.get("generation") or 0)
+        self.status = PassStatus(PLURAL, self.namespace, self.name, raw.get("status") or {})
+        self.events: list[tuple[str, str, str]] = []
+        self.reconciled: Plan | None = None
+        self.retry = False
+
+    def reconcile(self, cause: str, restoring: str | None = None) -> Plan:
+        """Observe, plan, apply the children: the whole reconcile, the status it plans kept for the pass's
+        write. `restoring` (why) re-applies children whose rendered form did not change: one was changed by
+        hand; a ChildRestored event says so when that changed something."""
+        current = self.status.status
+        parsed = parse_spec(SpeculatorDeploymentSpec, self.raw.get("spec") or {})
+        if isinstance(parsed, Problem):
+            p = failed(Observed(generation=self.generation, status=current), parsed.reason, parsed.message)
+        else:
+            obs = _observe_inputs(self.name, self.namespace, parsed[0], self.generation, current)
+            p = plan(self.name, self.namespace, self.uid, parsed[0], parsed[1], obs)
+        p.status = adopt_retrain(current, p.status)
+        self.status.set(p.status, cause)
+        self.reconciled = p
+        if p.children:
+            try:
+                HOOKS.applying(self.namespace, self.name)
+                changed = apply_children(p.children, force=restoring is not None)
+            except ApiException as exc:
+                if namespace_terminating(exc):
+                    log.info("%s/%s: not applied, the namespace is being deleted", self.namespace, self.name)
+                    return p
+                message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
+                self.status.set(apply_failed(p.status, self.generation, message), cause)
+                self.events.append(("Warning", "ApplyFailed", message))
+                self.retry = True
                 return p
-            message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
-            failed_apply = apply_failed(p.status, int(meta.get("generation") or 0), message)
-            write_status(namespace, name, p.status, failed_apply, cause)
-            kopf.event(body, type="Warning", reason="ApplyFailed", message=message[:1024])
-            raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from None
-    _post(body, p)
-    return p
+            if restoring and changed:
+                log.info("%s/%s: %s; restored", self.namespace, self.name, restoring)
+                self.events.append(("Normal", "ChildRestored", f"{restoring}; restored"))
+        self.events.extend(p.events)
+        return p
+
+    def poll(self, parsed: SpeculatorDeploymentSpec) -> None:
+        """upgradePolicy: resolve the verifier and the draft revisions again and act on a change
+        (onVerifierChange, onDraftChange)."""
+        current = self.status.status
+        try:
+            resolved = resolve_verifier_revision(parsed, self.namespace)
+        except (CheckpointError, CredentialsError) as exc:
+            log.warning("%s/%s: verifier revision not resolved: %s", self.namespace, self.name, exc)
+            return
+        action, new_status = verifier_change(parsed, current, resolved, self.generation)
+        if action == "redeploy":
+            p = self.reconcile("poll")
+            if resolved and retrain_due(parsed, action, p.status, resolved):
+                self.start_retrain(parsed, resolved)
+            return
+        if action == "retrain" and resolved:
+            if retrain_due(parsed, action, current, resolved):
+                self.start_retrain(parsed, resolved)
+            return
+        if new_status is not None:
+            self.status.set(new_status, "poll")
+        if holds_for_retrain(self.status.status, self.generation):
+            return  # the pair is pinned until the retrained draft is handed over
+        try:
+            draft = resolve_draft_revision(parsed, self.namespace)
+        except (CheckpointError, CredentialsError) as exc:
+            log.warning("%s/%s: draft revision not resolved: %s", self.namespace, self.name, exc)
+            return
+        change = draft_change(parsed, self.status.status, draft, self.generation)
+        self.events.extend(change.events)
+        if change.action == "redeploy":
+            self.reconcile("poll")
+        elif change.status is not None:
+            self.status.set(change.status, "poll")
+
+    def start_retrain(self, spec: SpeculatorDeploymentSpec, revision: str) -> None:
+        """Create the SpeculatorTrainJob for the new verifier revision (once: its name is per revision)."""
+        current = self.status.status
+        try:
+            manifest = retrain_job(self.name, self.namespace, self.uid, spec, revision)
+        except ValueError as exc:
+            self.status.set(retrain_status(current, self.generation, None, revision, str(exc)), "retrain")
+            self.events.append(("Warning", "RetrainUnavailable", str(exc)))
+            return
+        job = manifest["metadata"]["name"]
+        try:
+            kube.create_custom(TRAIN_JOBS, self.namespace, manifest)
+            self.events.append(("Normal", "Retraining", f"SpeculatorTrainJob {job} for verifier {revision}"))
+        except ApiException as exc:
+            if exc.status != 409:  # 409: created before (a restart, or the last poll)
+                raise
+        self.status.set(retrain_status(current, self.generation, job, revision, None), "retrain")
+
+    def refresh(self, parsed: SpeculatorDeploymentSpec, cause: str) -> None:
+        """The replica counts and readiness from the child Deployment (and, while it rolls out, the pods' own
+        words: a stuck pod's problem; once rolled out, the image the kubelet runs)."""
+        current = self.status.status
+        pods = deployment_pods(self.namespace, self.name) if needs_pods(current) else None
+        child = current_child(self.namespace, self.name)
+        self.status.set(refresh_serving(parsed, current, child, self.generation, pods), cause)
+
+    def post(self) -> None:
+        for type_, reason, message in self.events:
+            kopf.event(self.body, type=type_, reason=reason, message=message[:1024])
 
 
-@periodic.reconciler(PLURAL)
-def reconcile(body: kopf.Body) -> None:
-    """Each generation once (and each object when the operator starts), retried while inputs are missing."""
-    meta, namespace, name = body.meta, body.get("metadata", {}).get("namespace"), body.get("metadata", {}).get("name")
-    assert namespace is not None  # the CRD is namespaced
-    current = dict(body.status or {})
-    if holds_for_retrain(current, int(meta.get("generation") or 0)):
-        return
+@DEPLOYMENTS.handles
+def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
+    """One pass of a SpeculatorDeployment (runtime/controller.py): the stored object now and what was observed
+    for it (a scrape's judgement, children changed by hand) -> the steps its causes ask for -> one status
+    write -> its events. The steps, in order: the acceptance judgement (a tuned K rolls a new revision); the
+    whole reconcile (a new generation, a retry, a train job's output, a tuned K), or else a restoration of
+    children changed by hand, or else the input poll; then, if nothing reconciled, the serving counts."""
+    namespace, name = key
+    raw = kube.read_custom(PLURAL, namespace, name)
+    drifts = _drifts.pop(key, [])
+    if raw is None or raw["metadata"].get("deletionTimestamp"):
+        telemetry.held(key)
+        return DONE
+    one = _Pass(raw)
+    moved = CONTROLLER.generations.wants(one.uid, one.generation, time.monotonic())
+    CONTROLLER.generations.done(one.uid, one.generation)
+    parsed = parsed_spec(raw.get("spec") or {})
     with metrics.reconciling("SpeculatorDeployment"):
-        p = reconcile_status(body, body.spec, meta, body.status, name, namespace, meta["uid"])
-        if p.status.get("phase") == "Pending":
-            # an input could not be read: try again later (the status above says which and why)
-            raise kopf.TemporaryError("waiting for inputs; see status.conditions", delay=RETRY_SECONDS)
+        tuned = False
+        judged = telemetry.held(key)
+        if judged is not None and parsed is not None:
+            new, tuned, events = telemetry.judge(parsed, one.status.status, judged, one.generation)
+            one.events.extend(events)
+            if new is not None:
+                one.status.set(new, "tuning" if tuned else "scrape")
+        pinned = holds_for_retrain(one.status.status, one.generation)
+        restoring = None if pinned else _restoring(drifts)
+        if (moved or causes & FULL or tuned) and not pinned:
+            cause = "tuning" if tuned else "trainjob" if causes == {"trainjob"} else "reconcile"
+            one.reconcile(cause, restoring=restoring[0] if restoring else None)
+        elif restoring:
+            one.reconcile("restore", restoring=restoring[0])
+        elif "poll" in causes and parsed is not None:
+            one.poll(parsed)
+        if one.reconciled is None and causes & SERVING and parsed is not None:
+            one.refresh(parsed, "resync" if causes & SERVING == {"resync"} else "child")
+    one.status.write(ORDER)
+    one.post()
+    if restoring:
+        _remember_theirs(namespace, restoring[1])
+    if one.retry or (one.reconciled is not None and one.status.status.get("phase") == "Pending"):
+        # an input could not be read, or the apply failed: again later (the status says which and why)
+        return Result(after=RETRY_SECONDS, cause="retry")
+    return DONE
 
 
 def parsed_spec(spec: Mapping[str, Any]) -> SpeculatorDeploymentSpec | None:
@@ -252,9 +351,8 @@ metrics.tracked("deployment.polled", lambda: len(_polled))
 
 @periodic.every(PLURAL, interval=POLL_TICK_SECONDS)
 async def poll_inputs(body: kopf.Body) -> None:
-    """Every upgradePolicy.pollIntervalSeconds: resolve the verifier and the draft revisions again and act on
-    a change (onVerifierChange, onDraftChange). The tick itself stays on the event loop: a thread only
-    when a poll is due."""
+    """Every upgradePolicy.pollIntervalSeconds: the object is enqueued with the cause "poll" (its pass resolves
+    the revisions). The tick itself stays on the event loop."""
     parsed = parsed_spec(body.spec)
     meta = body.get("metadata", {})
     namespace, uid = meta.get("namespace"), meta["uid"]
@@ -267,127 +365,44 @@ async def poll_inputs(body: kopf.Body) -> None:
     _polled[uid] = now
     if last is None:
         return  # the first reconcile has just resolved them
-    await periodic.in_lane(_poll_inputs, body, body.spec, body.meta, body.status, meta["name"], namespace, uid, parsed)
+    CONTROLLER.enqueue(namespace, meta["name"], "poll")
 
 
 @periodic.on_gone(PLURAL)
 def _forget(namespace: str, name: str, uid: str) -> None:
     _polled.pop(uid, None)
+    _drifts.pop((namespace, name), None)
 
 
 @kopf.on.startup()
 def _fresh(**_: Any) -> None:
     _polled.clear()
+    _drifts.clear()
 
 
-def _poll_inputs(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    name: str,
-    namespace: str,
-    uid: str,
-    parsed: SpeculatorDeploymentSpec,
-) -> None:
-    current = dict(status or {})
-    generation = int(meta.get("generation") or 0)
-    try:
-        resolved = resolve_verifier_revision(parsed, namespace)
-    except (CheckpointError, CredentialsError) as exc:
-        log.warning("%s/%s: verifier revision not resolved: %s", namespace, name, exc)
-        return
-    action, new_status = verifier_change(parsed, current, resolved, generation)
-    if action == "redeploy":
-        p = reconcile_status(body, spec, meta, status, name, namespace, uid, cause="poll")
-        if resolved and retrain_due(parsed, action, p.status, resolved):
-            start_retrain(body, parsed, p.status, name, namespace, uid, resolved, generation)
-        return
-    if action == "retrain" and resolved:
-        if retrain_due(parsed, action, current, resolved):
-            start_retrain(body, parsed, current, name, namespace, uid, resolved, generation)
-        return
-    if new_status is not None:
-        write_status(namespace, name, current, new_status, "poll")
-        current = new_status
-    if holds_for_retrain(current, generation):
-        return  # the pair is pinned until the retrained draft is handed over
-    try:
-        draft = resolve_draft_revision(parsed, namespace)
-    except (CheckpointError, CredentialsError) as exc:
-        log.warning("%s/%s: draft revision not resolved: %s", namespace, name, exc)
-        return
-    change = draft_change(parsed, current, draft, generation)
-    for type_, reason, message in change.events:
-        kopf.event(body, type=type_, reason=reason, message=message[:1024])
-    if change.action == "redeploy":
-        reconcile_status(body, spec, meta, status, name, namespace, uid, cause="poll")
-    elif change.status is not None:
-        write_status(namespace, name, current, change.status, "poll")
-
-
-def start_retrain(body: kopf.Body, spec: SpeculatorDeploymentSpec, status: dict[str, Any], name: str,
-                  namespace: str, uid: str, revision: str, generation: int) -> None:  # fmt: skip
-    """Create the SpeculatorTrainJob for the new verifier revision (once: its name is per revision)."""
-    try:
-        manifest = retrain_job(name, namespace, uid, spec, revision)
-    except ValueError as exc:
-        write_status(namespace, name, status, retrain_status(status, generation, None, revision, str(exc)), "retrain")
-        kopf.event(body, type="Warning", reason="RetrainUnavailable", message=str(exc)[:1024])
-        return
-    job = manifest["metadata"]["name"]
-    try:
-        kube.create_custom(TRAIN_JOBS, namespace, manifest)
-        message = f"SpeculatorTrainJob {job} for verifier {revision}"
-        kopf.event(body, type="Normal", reason="Retraining", message=message)
-    except ApiException as exc:
-        if exc.status != 409:  # 409: created before (a restart, or the last poll)
-            raise
-    write_status(namespace, name, status, retrain_status(status, generation, job, revision, None), "retrain")
+@kopf.index(GROUP, VERSION, PLURAL)
+async def fed_by(*, namespace: str | None, name: str | None, spec: kopf.Spec, status: kopf.Status,
+                 **_: Any) -> dict[Any, Any]:  # fmt: skip
+    """(namespace, train job) -> the deployments serving its output (speculator.fromTrainJob) and the draft each
+    serves now: a train job's event finds them without a read."""
+    job = (spec.get("speculator") or {}).get("fromTrainJob")
+    return {(namespace, job): (name, status.get("draftSource"))} if job else {}
 
 
 @kopf.on.event(GROUP, VERSION, TRAIN_JOBS)
-async def train_job_changed(*, body: kopf.Body, namespace: str | None, **_: Any) -> None:
-    """A train job finished: the deployments serving its output (speculator.fromTrainJob) move now. Any
-    other event is told apart in the event loop (a plain function would wait for a thread to find that)."""
-    phase = (body.get("status") or {}).get("phase")
+async def train_job_changed(*, body: kopf.Body, namespace: str | None, **kwargs: Any) -> None:
+    """A train job finished: the deployments serving its output move now (enqueued with the cause
+    "trainjob"), unless one serves that output already. Told apart in the event loop."""
+    status = body.get("status") or {}
+    phase = status.get("phase")
     if namespace is None or phase not in ("Succeeded", "Failed"):
         return
-    await in_child_lane(_train_job_finished, body, namespace, phase)
-
-
-def _train_job_finished(body: kopf.Body, namespace: str, phase: str) -> None:
-    job = body.get("metadata", {}).get("name")
-    for item in kube.list_custom(PLURAL, namespace):
-        if ((item.get("spec") or {}).get("speculator") or {}).get("fromTrainJob") != job:
-            continue
-        if phase == "Succeeded" and (item.get("status") or {}).get("draftSource") == (
-            (body.get("status") or {}).get("checkpoint") or {}
-        ).get("uri"):
+    uri = (status.get("checkpoint") or {}).get("uri")
+    index: kopf.Index[Any, Any] = kwargs["fed_by"]
+    for owner, serving in index.get((namespace, body.get("metadata", {}).get("name")), []):
+        if phase == "Succeeded" and serving == uri:
             continue  # already serving it
-        obj = kopf.Body(cast(kopf.RawBody, item))
-        meta = item["metadata"]
-        reconcile_status(obj, obj.spec, obj.meta, obj.status, meta["name"], namespace, meta["uid"], cause="trainjob")
-
-
-def refresh_owner(namespace: str, owner: str, child: dict[str, Any] | None) -> None:
-    """Refresh the owner's replica counts and readiness from its child Deployment (and, while it rolls
-    out, the pods' own words)."""
-    parent = kube.read_custom(PLURAL, namespace, owner)
-    if parent is None:
-        return
-    try:
-        parsed = SpeculatorDeploymentSpec.model_validate(parent.get("spec") or {})
-    except ValidationError:
-        return
-    status = dict(parent.get("status") or {})
-    pods = None
-    if needs_pods(status):
-        # while it rolls out, a stuck pod's own words; once rolled out, the image the kubelet runs (one read
-        # per rollout: a Ready resource is not Deploying)
-        pods = deployment_pods(namespace, owner)
-    generation = int(parent["metadata"]["generation"])
-    write_status(namespace, owner, status, refresh_serving(parsed, status, child, generation, pods), "child")
+        CONTROLLER.enqueue(namespace, owner, "trainjob")
 
 
 _children = {MANAGED_BY_LABEL: MANAGED_BY, DEPLOYMENT_LABEL: kopf.PRESENT}
@@ -397,39 +412,18 @@ _serving_pods = _children
 # children whose other managers own only what the operator does not set: {uid: drift.fingerprint}
 _theirs: dict[str, str] = {}
 metrics.tracked("deployment.drift", lambda: len(_theirs))
+# children that may have been changed by hand, per owner, held for its next pass
+Drift = tuple[str, str, str, str, str]  # (apiVersion, kind, namespace, name, event type)
+_drifts: dict[tuple[str, str], list[Drift]] = {}
+metrics.tracked("deployment.drifts", lambda: len(_drifts))
 
 
-def restore(namespace: str, owner: str, child: dict[str, Any] | None, what: str) -> bool:
-    """A child was deleted or changed by hand (`what` says which and by whom): reconcile its owner,
-    re-applying every child. False when there is no owner to restore for (it is being deleted)."""
-    raw = kube.read_custom(PLURAL, namespace, owner)
-    if raw is None:
-        return False
-    obj = kopf.Body(cast(kopf.RawBody, raw))
-    if obj.meta.get("deletionTimestamp") or holds_for_retrain(dict(obj.status), int(obj.meta.get("generation") or 0)):
-        return False
-    with metrics.reconciling("SpeculatorDeployment"):
-        reconcile_status(
-            obj, obj.spec, obj.meta, obj.status, owner, namespace, obj.meta["uid"], restoring=what, cause="restore"
-        )
-    if child is not None:
-        uid = child["metadata"]["uid"]
-        now = read_child(child["apiVersion"], child["kind"], namespace, child["metadata"]["name"])
-        if now is not None and edited_by(now, FIELD_MANAGER):
-            _theirs[uid] = fingerprint(now, FIELD_MANAGER)  # what is left is theirs
-    return True
-
-
-def _drift(body: kopf.Body, type: str | None) -> tuple[dict[str, Any] | None, str] | None:
+def _drift(drift: Drift) -> tuple[dict[str, Any] | None, str] | None:
     """The child as it is now and why its owner should restore it (deleted, or its spec changed by someone
     else), or None. The event may be stale (one queued before the last restoration landed): the child as
     the API server has it now decides."""
-    kind, name = body.get("kind") or "child", body.get("metadata", {}).get("name")
-    if type == "DELETED":
-        _theirs.pop(body.get("metadata", {}).get("uid") or "", None)
-    elif not edited_by(body, FIELD_MANAGER):
-        return None
-    now = read_child(body.get("apiVersion") or "", kind, body.get("metadata", {}).get("namespace") or "", name)
+    api_version, kind, namespace, name, _ = drift
+    now = read_child(api_version, kind, namespace, name)
     if now is None:
         return None, f"{kind} {name} was deleted"
     who = edited_by(now, FIELD_MANAGER)
@@ -438,40 +432,56 @@ def _drift(body: kopf.Body, type: str | None) -> tuple[dict[str, Any] | None, st
     return now, f"{kind} {name} was changed by {who}"
 
 
-def _child_changed(body: kopf.Body, namespace: str, owner: str, type: str) -> None:
-    drift = _drift(body, type)
-    if drift and restore(namespace, owner, *drift):
-        return
-    refresh_owner(namespace, owner, None if type == "DELETED" else dict(body))
+def _restoring(drifts: list[Drift]) -> tuple[str, list[dict[str, Any]]] | None:
+    """Why the pass re-applies its children with force (each drifted child's words), and the children as they
+    are now, or None when none drifted."""
+    found = [d for d in map(_drift, drifts) if d is not None]
+    if not found:
+        return None
+    return "; ".join(dict.fromkeys(what for _, what in found)), [child for child, _ in found if child is not None]
+
+
+def _remember_theirs(namespace: str, children: list[dict[str, Any]]) -> None:
+    """After a restoration: what other managers still own of a child is theirs (an extra env var, say)."""
+    for child in children:
+        now = read_child(child["apiVersion"], child["kind"], namespace, child["metadata"]["name"])
+        if now is not None and edited_by(now, FIELD_MANAGER):
+            _theirs[now["metadata"]["uid"]] = fingerprint(now, FIELD_MANAGER)
+
+
+def _hold_drift(body: kopf.Body, namespace: str, owner: str, type: str) -> bool:
+    """A child deleted, or one whose spec another manager owns part of: held for its owner's next pass (which
+    reads it again). False when the event says neither."""
+    meta = body.get("metadata", {})
+    if type == "DELETED":
+        _theirs.pop(meta.get("uid") or "", None)
+    elif not edited_by(body, FIELD_MANAGER):
+        return False
+    ref = (str(body.get("apiVersion") or ""), str(body.get("kind") or "child"), namespace, str(meta.get("name")))
+    held = _drifts.setdefault((namespace, owner), [])
+    if (*ref, type) not in held:
+        held.append((*ref, type))
+    return True
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=_children)  # type: ignore[arg-type]
 async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
-    """A child Deployment moved: refresh the owner's replica counts and readiness; deleted or changed by
-    hand: restore it. In the child-event pool, not behind the audits in kopf's."""
+    """A child Deployment moved: its owner is enqueued (replica counts, readiness); deleted or changed by
+    hand, with that held for the pass, which restores it."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
     if not owner or not type or namespace is None:
         return
-    await in_child_lane(_child_changed, body, namespace, owner, type)
-
-
-def _other_child_changed(body: kopf.Body, namespace: str, owner: str, type: str) -> None:
-    drift = _drift(body, type)
-    if drift:
-        restore(namespace, owner, *drift)
+    drifted = _hold_drift(body, namespace, owner, type)
+    CONTROLLER.enqueue(namespace, owner, "drift" if drifted else "child")
 
 
 @kopf.on.event("", "v1", "services", labels=_children)  # type: ignore[arg-type]
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=_children)  # type: ignore[arg-type]
 async def other_child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
-    """A child Service or PodDisruptionBudget deleted or changed by hand: restore it."""
+    """A child Service or PodDisruptionBudget deleted or changed by hand: its owner restores it."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
-    if owner and namespace is not None and (type == "DELETED" or edited_by(body, FIELD_MANAGER)):
-        await in_child_lane(_other_child_changed, body, namespace, owner, type)
-
-
-def _pod_changed(namespace: str, owner: str) -> None:
-    refresh_owner(namespace, owner, current_child(namespace, owner))
+    if owner and namespace is not None and type and _hold_drift(body, namespace, owner, type):
+        CONTROLLER.enqueue(namespace, owner, "drift")
 
 
 @kopf.on.event("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]
@@ -479,25 +489,14 @@ async def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **_:
     """A serving pod got stuck (an image the node cannot get, a crash loop, no node for it): its owner says
     so. Other pod events change nothing the Deployment's own status does not already say."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
-    if not owner or namespace is None or type == "DELETED" or pod_problem(dict(body)) is None:
-        return
-    await in_child_lane(_pod_changed, namespace, owner)
+    if owner and namespace is not None and type != "DELETED" and pod_problem(dict(body)) is not None:
+        CONTROLLER.enqueue(namespace, owner, "child")
 
 
 @periodic.every(PLURAL, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS / 2)
 async def resync(body: kopf.Body) -> None:
-    """A missed child event must not leave the status stale: compare with the child now and then.
-    Writes only when something differs."""
-    await periodic.in_lane(_resync, body)
-
-
-def _resync(body: kopf.Body) -> None:
-    parsed = parsed_spec(body.spec)
-    namespace, name = body.get("metadata", {}).get("namespace"), body.get("metadata", {}).get("name")
-    if namespace is None or parsed is None:
-        return
-    current = dict(body.status or {})
-    pods = deployment_pods(namespace, name) if needs_pods(current) else None
-    generation = int(body.meta.get("generation") or 0)
-    write_status(namespace, name, current, refresh_serving(parsed, current, current_child(namespace, name),
-                                                           generation, pods), "resync")  # fmt: skip
+    """A missed child event must not leave the status stale: the object is compared with its child now and
+    then, by a pass that writes only when something differs."""
+    meta = body.get("metadata", {})
+    if meta.get("namespace"):
+        CONTROLLER.enqueue(meta["namespace"], meta["name"], "resync")

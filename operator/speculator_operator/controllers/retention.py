@@ -69,9 +69,10 @@ def _cluster_references(pointer: str | None) -> set[str]:
 
 def prune_outputs(
     body: kopf.Body, namespace: str, name: str, spec: SpeculatorTrainJobSpec, status: dict[str, Any], keep: int
-) -> None:
-    """Delete the published folders under output.uri beyond the newest `keep` that nothing names; record
-    what was deleted and kept in status.retention. A failure deletes nothing more and is retried later."""
+) -> dict[str, Any] | None:
+    """Delete the published folders under output.uri beyond the newest `keep` that nothing names; return the
+    status with what was deleted and kept in status.retention (the pass writes it). A failure deletes nothing
+    more, returns None and is retried later."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     bucket, _, prefix = spec.output.uri.removeprefix("s3://").partition("/")
@@ -87,9 +88,8 @@ def prune_outputs(
         message = f"output.keepLatest not applied to {spec.output.uri}: {exc}"[:1024]
         log.warning("%s/%s: %s", namespace, name, message)
         kopf.event(body, type="Warning", reason="PruneFailed", message=message)
-        return
-    after = {**status, "retention": retention_status(keep, delete, kept)}
-    kube.write_status("speculatortrainjobs", namespace, name, status, after, "retention")
+        return None
     if delete:
         message = f"deleted {len(delete)} published folder(s) beyond the newest {keep}: {', '.join(delete)}"
         kopf.event(body, type="Normal", reason="Pruned", message=message[:1024])
+    return {**status, "retention": retention_status(keep, delete, kept)}

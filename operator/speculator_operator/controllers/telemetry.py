@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import os
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,8 +26,11 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
 
+from speculator_operator.api.common import Condition
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, REVISION_LABEL
-from speculator_operator.controllers import deployment
+from speculator_operator.controllers.queues import DEPLOYMENTS
+from speculator_operator.planning import Problem, parse_spec
 from speculator_operator.planning.tuning import blocked, plan_tuning
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube, metrics
@@ -234,6 +238,7 @@ def deployment_gone(namespace: str, name: str, uid: str) -> None:
     forget(namespace, name)
     _windows.pop(uid, None)
     _ready_since.pop(uid, None)
+    _judged.pop((namespace, name), None)
 
 
 @periodic.every(PLURAL, interval=SCRAPE_INTERVAL, initial=SCRAPE_INTERVAL / 2)
@@ -243,10 +248,11 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     current = dict(status or {})
     econ = _economics(current)
     revision = current.get("revision")
-    parsed = deployment.parsed_spec(spec)
-    if namespace is None or econ is None or not revision or parsed is None:
+    parsed = parse_spec(SpeculatorDeploymentSpec, spec)
+    if namespace is None or econ is None or not revision or isinstance(parsed, Problem):
         return  # nothing served yet: nothing to measure
-    tuning = parsed.serving.tuning
+    parsed_spec = parsed[0]
+    tuning = parsed_spec.serving.tuning
     generation = int(meta.get("generation") or 0)
     acc: dict[str, Any] | None = None
     refilling = False
@@ -280,34 +286,56 @@ async def scrape_acceptance(body: kopf.Body) -> None:
             acc.pop("recommendedK", None)
         _publish(namespace, name, acc)
         cond = effective_condition(acc, generation, tuning.min_samples)
-    hold = blocked(current)
-    tuned = plan_tuning(parsed, current.get("tuning"), acc, econ, time.time(), tuning.min_samples, hold)
-    update = plan_update(current, acc, cond, tuned.state, refilling)
+    judged = Judged(acc, cond, refilling)
+    new, _, events = judge(parsed_spec, current, judged, generation)
+    if new is None and not events:
+        return  # nothing material: no pass, no write
+    if not periodic.tracking(PLURAL, uid):
+        return
+    _judged[(namespace, name)] = judged  # the latest judgement replaces one not yet folded in
+    DEPLOYMENTS.enqueue(namespace, name, "scrape")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What one scrape observed, held for the deployment's next pass: the acceptance window's figures (None
+    while speculation is off), the SpeculationEffective condition, and whether the window is still filling."""
+
+    acc: dict[str, Any] | None
+    cond: Condition
+    refilling: bool
+
+
+_judged: dict[tuple[str, str], Judged] = {}
+metrics.tracked("telemetry.judged", lambda: len(_judged))
+
+
+def held(key: tuple[str, str]) -> Judged | None:
+    """The judgement held for `key` (taken: the pass that asks folds it in)."""
+    return _judged.pop(key, None)
+
+
+def judge(
+    spec: SpeculatorDeploymentSpec, current: dict[str, Any], judged: Judged, generation: int
+) -> tuple[dict[str, Any] | None, bool, list[tuple[str, str, str]]]:
+    """The status after a scrape's judgement (None: nothing to write), whether a tuned K rolls a new revision
+    (the tuned state is then in that status: the render reads it from there), and the events. Pure: the pass
+    calls it with the status it read, the scrape with its own copy to know whether a pass is worth it."""
+    econ = _economics(current)
+    if econ is None:
+        return None, False, []
+    tuning = spec.serving.tuning
+    tuned = plan_tuning(
+        spec, current.get("tuning"), judged.acc, econ, time.time(), tuning.min_samples, blocked(current)
+    )
+    update = plan_update(current, judged.acc, judged.cond, tuned.state, judged.refilling)
     events = update.events + tuned.events
     if tuned.rollout:
-        # the tuned state first (the render reads it from status), then the same path as any new revision
-        new = {k: v for k, v in {**current, **update.status, "tuning": tuned.state}.items() if v is not None}
-        await periodic.in_lane(_roll_out, body, spec, meta, current, new, name, namespace, uid)
-    elif update.status:
-        # `current` is kopf's copy from when the timer fired, possibly stale: the shared status writer merges
-        # the conditions by type rather than replacing the list with this copy's
-        new = {k: v for k, v in {**current, **update.status}.items() if v is not None}
-        await periodic.in_lane(deployment.write_status, namespace, name, current, new, "scrape")
-    for type_, reason, message in events:
-        kopf.event(body, type=type_, reason=reason, message=message[:1024])
-
-
-def _roll_out(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    current: dict[str, Any],
-    new: dict[str, Any],
-    name: str,
-    namespace: str,
-    uid: str,
-) -> None:
-    """A tuned revision: write the tuned state, then reconcile as for any new revision (audit, render,
-    apply: the coherent-revision path an upgrade takes)."""
-    deployment.write_status(namespace, name, current, new, "tuning")
-    deployment.reconcile_status(body, spec, meta, new, name, namespace, uid, cause="tuning")
+        return (
+            {k: v for k, v in {**current, **update.status, "tuning": tuned.state}.items() if v is not None},
+            True,
+            events,
+        )
+    if update.status:
+        return {k: v for k, v in {**current, **update.status}.items() if v is not None}, False, events
+    return None, False, events

@@ -10,7 +10,6 @@ checkpoint to a SpeculatorDeployment.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, cast
 
 import kopf
@@ -20,6 +19,7 @@ from speculator_operator.api.common import now
 from speculator_operator.api.labels import MANAGED_BY_LABEL, STAGE_LABEL, TRAINJOB_LABEL
 from speculator_operator.api.podcontract import StageReport, parse_progress, progress_seconds
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.controllers.queues import TRAINJOBS
 from speculator_operator.controllers.retention import prune_outputs
 from speculator_operator.domain.checkpoint import CheckpointError, read_verifier
 from speculator_operator.planning import Problem, parse_spec, progress
@@ -39,25 +39,22 @@ from speculator_operator.render.serving import MANAGED_BY, RenderError
 from speculator_operator.render.training import SERVER_ROLES, verifier_facts
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
+from speculator_operator.runtime.controller import HOOKS, PassStatus
 from speculator_operator.runtime.kube import (
     RESYNC_SECONDS,
     RETRY_SECONDS,
     CredentialsError,
     api_message,
     apply_children,
-    in_child_lane,
     namespace_terminating,
     secret_data,
 )
+from speculator_operator.runtime.workqueue import DONE, Result
 
 LABEL = TRAINJOB_LABEL
 PLURAL = "speculatortrainjobs"
 DEPLOYMENTS = "speculatordeployments"
 log = logging.getLogger(__name__)
-
-
-def write_status(namespace: str, name: str, old: dict[str, Any], new: dict[str, Any], cause: str) -> None:
-    kube.write_status(PLURAL, namespace, name, old, new, cause)
 
 
 def _terminated(pod: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -187,109 +184,97 @@ def hand_off(namespace: str, name: str, spec: SpeculatorTrainJobSpec, target: st
     return reason, message
 
 
-_guard = threading.Lock()
-_running: dict[tuple[str, str], bool] = {}  # key -> another pass was asked for while one ran
-metrics.tracked("trainjob.passes", lambda: len(_running))
+ORDER = ("reconcile", "handoff", "retention", "progress")  # what a pass's one status write is counted as
 
 
-def reconcile_object(body: dict[str, Any]) -> Plan | None:
-    """One pass over the stored object. Passes asked for while one runs are coalesced into one more pass
-    after it (a burst of child events costs two passes, not one per event); those callers get None."""
-    meta = body.get("metadata") or {}
-    key = (meta["namespace"], meta["name"])
-    with _guard:
-        if key in _running:
-            _running[key] = True
-            return None
-        _running[key] = False
-    try:
-        while True:
-            p = _pass(*key)
-            with _guard:
-                if not _running[key]:
-                    return p
-                _running[key] = False
-    finally:
-        with _guard:
-            _running.pop(key, None)
-
-
-def _pass(namespace: str, name: str) -> Plan | None:
-    # the stored object now: an event may carry an older status than the last write
+@TRAINJOBS.handles
+def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
+    """One pass of a SpeculatorTrainJob (runtime/controller.py): the stored object now, the live progress
+    held for it, the plan, the children applied, the hand-off and the retention done, and the status written
+    at most once. Every pass is the whole reconcile: the stage machine decides from what it observes, not
+    from what woke it."""
+    namespace, name = key
     body = kube.read_custom(PLURAL, namespace, name)
-    if body is None:
-        return None
-    if body["metadata"].get("deletionTimestamp"):
-        return None
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        _held.pop(key, None)
+        return DONE
+    meta = body["metadata"]
+    CONTROLLER.generations.done(meta["uid"], int(meta.get("generation") or 0))
+    status = PassStatus(PLURAL, namespace, name, body.get("status") or {})
+    events = _fold_progress(key, status)
     with metrics.reconciling("SpeculatorTrainJob"):
-        p = _reconcile(body, name, namespace, body["metadata"]["uid"])
+        p, result = _reconcile(body, status)
+    status.write(ORDER)
+    obj = kopf.Body(cast(kopf.RawBody, body))
+    for reason, message in events:
+        kopf.event(obj, type="Normal", reason=reason, message=message)
     metrics.stages_finished((body.get("status") or {}).get("stages"), p.status.get("stages"))
-    return p
+    if result is DONE and p.status.get("phase") == "Pending":
+        return Result(after=RETRY_SECONDS, cause="retry")  # waiting for the verifier; see status.conditions
+    return result
 
 
-def _reconcile(body: dict[str, Any], name: str, namespace: str, uid: str | None) -> Plan:
-    current = dict(body.get("status") or {})
-    generation = int(body["metadata"].get("generation") or 0)
+def _reconcile(body: dict[str, Any], status: PassStatus) -> tuple[Plan, Result]:
+    meta = body["metadata"]
+    namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid")
+    current = status.status
+    generation = int(meta.get("generation") or 0)
+    obj = kopf.Body(cast(kopf.RawBody, body))
     parsed = parse_spec(SpeculatorTrainJobSpec, body.get("spec") or {})
     if isinstance(parsed, Problem):
         p = failed(Observed(generation=generation, status=current), parsed.reason, parsed.message)
-    else:
-        spec, release = parsed
-        obs = observe(name, namespace, spec, generation, current)
-        p = plan(name, namespace, uid, spec, release, obs)
-    write_status(namespace, name, current, p.status, "reconcile")
+        status.set(p.status, "reconcile")
+        return p, DONE
+    spec, release = parsed
+    p = plan(name, namespace, uid, spec, release, observe(name, namespace, spec, generation, current))
+    status.set(p.status, "reconcile")
     if p.apply:
         try:
+            HOOKS.applying(namespace, name)
             apply_children(p.apply)
         except ApiException as exc:
             if namespace_terminating(exc):
                 log.info("%s/%s: not applied, the namespace is being deleted", namespace, name)
-                return p
+                return p, DONE
             message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
-            kopf.event(
-                kopf.Body(cast(kopf.RawBody, body)), type="Warning", reason="ApplyFailed", message=message[:1024]
-            )
-            raise kopf.TemporaryError(message, delay=RETRY_SECONDS) from None
+            kopf.event(obj, type="Warning", reason="ApplyFailed", message=message[:1024])
+            return p, Result(after=RETRY_SECONDS, cause="retry")
     if p.delete:
         delete_children(namespace, p.delete)
     for type_, reason, message in p.events:
-        kopf.event(kopf.Body(cast(kopf.RawBody, body)), type=type_, reason=reason, message=message[:1024])
+        kopf.event(obj, type=type_, reason=reason, message=message[:1024])
     if p.handoff is not None:
         target, uri = p.handoff
         reason, message = hand_off(namespace, name, spec, target, uri)
-        after = handed_off(p.status, generation, target, reason, message)
-        write_status(namespace, name, p.status, after, "handoff")
-        p.status = after
+        p.status = handed_off(p.status, generation, target, reason, message)
+        status.set(p.status, "handoff")
         if reason == "TargetMissing":
-            kopf.event(kopf.Body(cast(kopf.RawBody, body)), type="Warning", reason=reason, message=message)
+            kopf.event(obj, type="Warning", reason=reason, message=message)
     if p.prune is not None:
-        prune_outputs(kopf.Body(cast(kopf.RawBody, body)), namespace, name, spec, p.status, p.prune)
-    return p
+        pruned = prune_outputs(obj, namespace, name, spec, p.status, p.prune)
+        if pruned is not None:
+            p.status = pruned
+            status.set(p.status, "retention")
+    return p, DONE
 
 
-@periodic.reconciler(PLURAL)
-def reconcile(body: kopf.Body) -> None:
-    p = reconcile_object(dict(body))
-    if p is not None and p.status.get("phase") == "Pending":
-        raise kopf.TemporaryError("waiting for the verifier; see status.conditions", delay=RETRY_SECONDS)
+CONTROLLER = TRAINJOBS
+periodic.controlled(PLURAL, CONTROLLER)
 
 
 async def _owner_event(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
-    """A stage Job finished or a server became available (or one went away): the owner moves on, in the
-    child-event pool (not behind the audits in kopf's). Other child events (pods starting, counters)
-    change nothing the stage machine decides on."""
+    """A stage Job finished or a server became available (or one went away): the owner's key is enqueued, in
+    the event loop. Other child events (pods starting, counters) change nothing the stage machine decides on."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL)
-    if not owner or not namespace:
-        return
-    if wakes_owner(type, dict(body)):
-        await in_child_lane(reconcile_object, {"metadata": {"name": owner, "namespace": namespace}})
+    if owner and namespace and wakes_owner(type, dict(body)):
+        CONTROLLER.enqueue(namespace, owner, "child")
 
 
 async def _pod_event(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
     """A stage pod got stuck (an image the node cannot get, a crash loop): the run says so."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL)
     if owner and namespace and type != "DELETED" and pod_problem(dict(body)) is not None:
-        await in_child_lane(reconcile_object, {"metadata": {"name": owner, "namespace": namespace}})
+        CONTROLLER.enqueue(namespace, owner, "child")
 
 
 _children = {"labels": {MANAGED_BY_LABEL: MANAGED_BY, LABEL: kopf.PRESENT}}
@@ -300,43 +285,67 @@ kopf.on.event("", "v1", "pods", **_children)(_pod_event)  # type: ignore[arg-typ
 
 @periodic.every(PLURAL, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS / 2)
 async def resync(body: kopf.Body) -> None:
-    """A missed child event must not stall a run; a missing hand-off target may appear later.
-    Reads only, unless something changed."""
+    """A missed child event must not stall a run; a missing hand-off target may appear later."""
     if resync_due(dict(body.get("spec") or {}), dict(body.get("status") or {})):
-        await periodic.in_lane(reconcile_object, dict(body))
+        meta = body.get("metadata", {})
+        CONTROLLER.enqueue(meta["namespace"], meta["name"], "resync")
 
 
 PROGRESS_SECONDS = progress_seconds()
 
 
+# the last progress line read from each running stage's log, held until its object's pass folds it into the status
+_held: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+metrics.tracked("trainjob.progress", lambda: len(_held))
+
+
 @periodic.every(PLURAL, interval=PROGRESS_SECONDS)
 async def watch_progress(body: kopf.Body) -> None:
-    """A running stage's live progress: at most one status write per resource per PROGRESS_SECONDS."""
+    """A running stage's live progress: read in the periodic lane (a log read never holds up a pass), held,
+    and the object enqueued when it says something new: at most one status write per PROGRESS_SECONDS."""
     if progress.reading_due(dict(body.get("status") or {})):
-        for reason, message in await periodic.in_lane(read_progress, dict(body)):
-            kopf.event(body, type="Normal", reason=reason, message=message)
+        await periodic.in_lane(read_progress, dict(body))
 
 
-def read_progress(body: dict[str, Any]) -> list[tuple[str, str]]:
-    """The last trustworthy progress line in the running stage pod's log (rank 0 of several) into
-    status.progress; returns an event (reason, message) for each epoch that ended."""
+def read_progress(body: dict[str, Any]) -> bool:
+    """The last trustworthy progress line in the running stage pod's log (rank 0 of several), held for the
+    object's next pass; True (and the object enqueued) when it differs from status.progress."""
     meta, status = body["metadata"], body.get("status") or {}
     namespace, name, stage = meta["namespace"], meta["name"], str(status.get("stage"))
     pods = kube.list_pods(namespace, f"{LABEL}={name},{STAGE_LABEL}={stage}")
     pod = progress.stage_pod(pods, kube.dialable)
     if pod is None:
-        return []
+        return False
     try:
         text = kube.pod_log(namespace, pod["metadata"]["name"], "main")
     except Exception as exc:  # a log that cannot be read now is read at the next interval
         log.debug("%s/%s: no log of %s now: %s", namespace, name, pod["metadata"]["name"], exc)
-        return []
+        return False
     parsed = parse_progress(text, stage)
-    if parsed is None:
-        return []
     old = status.get("progress") or {}
-    new = progress.merged(old, parsed, stage, now())
+    if parsed is None or progress.merged(old, parsed, stage, now()) == old:
+        return False
+    if not periodic.tracking(PLURAL, meta["uid"]):
+        return False  # deleted during the read: nothing would forget what is held
+    _held[(namespace, name)] = (stage, parsed)
+    CONTROLLER.enqueue(namespace, name, "progress")
+    return True
+
+
+def _fold_progress(key: tuple[str, str], status: PassStatus) -> list[tuple[str, str]]:
+    """The progress held for `key` into the pass's status, if its stage is still the running one; the events
+    for the epochs it is the first to show."""
+    held = _held.pop(key, None)
+    if held is None or status.status.get("stage") != held[0] or not progress.reading_due(status.status):
+        return []
+    old = status.status.get("progress") or {}
+    new = progress.merged(old, held[1], held[0], now())
     if new == old:
         return []
-    kube.write_status(PLURAL, namespace, name, {"progress": old}, {"progress": new}, "progress")
+    status.set({**status.status, "progress": new}, "progress")
     return progress.epoch_events(old, new)
+
+
+@periodic.on_gone(PLURAL)
+def _forget(namespace: str, name: str, uid: str) -> None:
+    _held.pop((namespace, name), None)

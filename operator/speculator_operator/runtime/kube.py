@@ -3,9 +3,7 @@ children (written only when their rendered form changed), and status patches of 
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextvars
 import functools
 import hashlib
 import ipaddress
@@ -15,7 +13,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import urllib3
@@ -50,15 +47,10 @@ def load_config() -> None:
         kube_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
 
 
-# kopf's handler pool, where the reconciles run (and nothing else: every other handler is a coroutine, or
-# its pod events would wait here behind a burst's reconciles). At 1,000 resources 16 threads and 32 gave the
-# same figures; a burst of train jobs reaches its first Job sooner with 32 (their reconciles wait on S3)
+# Threads per kind's work queue (runtime/controller.py), where the passes run: they wait on the API server and S3
+# more than on the CPU. At 1,000 resources 16 threads and 32 gave the same figures; a burst of train jobs
+# reaches its first Job sooner with 32 (their reconciles wait on S3).
 HANDLER_WORKERS = int(os.environ.get("SPECULATOR_WORKERS", "32"))
-# Child events (a Deployment ready, a stage Job done) move their owner's status with a read and a patch. In
-# kopf's shared pool they would queue behind the audits a burst of new resources brings (hundreds of ms
-# each): their own small pool keeps the time from a child ready to its owner saying so short under load.
-CHILD_WORKERS = int(os.environ.get("SPECULATOR_CHILD_WORKERS", "8"))
-CHILD_LANE = ThreadPoolExecutor(max_workers=CHILD_WORKERS, thread_name_prefix="child-events")
 # periodic work (resyncs, input polls, retries: runtime/scheduler.py) has a pool of its own too
 PERIODIC_WORKERS = int(os.environ.get("SPECULATOR_PERIODIC_WORKERS", "4"))
 
@@ -76,18 +68,6 @@ def unreachable(exc: BaseException) -> str | None:
     return None
 
 
-def _reporting(fn: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except Exception as exc:
-        why = unreachable(exc)
-        if why is None:
-            raise
-        # the watch replays what was missed when it reconnects, and the resync catches up after that
-        log.warning("%s: the API server did not answer (%s)", getattr(fn, "__name__", "handler"), why)
-        return None
-
-
 def waited(lane: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """`fn`, counting in the lane's wait histogram the time from now until a thread of the pool starts it."""
     queued = time.monotonic()
@@ -99,21 +79,13 @@ def waited(lane: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-async def in_child_lane(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run `fn(*args)` in the child-event pool, with kopf's context (its event poster, its settings); an API
-    server that does not answer is one warning line, not a traceback."""
-    context = contextvars.copy_context()
-    work = waited("child", _reporting)
-    return await asyncio.get_running_loop().run_in_executor(CHILD_LANE, context.run, work, fn, *args)
-
-
 @functools.cache
 def api() -> client.ApiClient:
     """One client (one connection pool) for the process, made after the startup handler loaded the config,
     with a connection for each thread that may call at once (urllib3's default of 10 would close and
     reopen TLS connections all through a burst)."""
     configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = HANDLER_WORKERS + CHILD_WORKERS + PERIODIC_WORKERS + 8
+    configuration.connection_pool_maxsize = 2 * HANDLER_WORKERS + PERIODIC_WORKERS + 8  # two kinds' queues
     return client.ApiClient(configuration)
 
 

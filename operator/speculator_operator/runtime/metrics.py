@@ -29,6 +29,12 @@ RECONCILE_SECONDS = Histogram(
     ("kind", "outcome"),
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+PASSES = Counter(
+    "speculator_passes",
+    "Passes of the work queue (one per object at a time; each writes status at most once), by kind and outcome "
+    "(ok, retry, error)",
+    ("kind", "outcome"),
+)
 AUDITS = Counter("speculator_audits", "Checkpoint audits by kind and outcome (passed, failed)", ("kind", "outcome"))
 FINDINGS = Counter("speculator_audit_findings", "Audit findings by rule and severity", ("rule", "severity"))
 STATUS_WRITES = Counter(

@@ -1,5 +1,5 @@
 """The operator's own scheduling, in place of kopf's per-object handlers with state (create/update/resume and
-timers): level-triggered reconciles and one loop for all periodic work.
+timers): objects go to their kind's work queue (runtime/controller.py), and one loop runs all periodic work.
 
 Why: kopf keeps a handler's state in the object itself. Its create/update handlers write a diff-base
 annotation after each change and progress annotations around every retry; a timer or a daemon makes it
@@ -7,12 +7,14 @@ put a finalizer on every object (two more writes, and a `kubectl delete` that ha
 runs). At 1,000 resources that was three writes per resource of bookkeeping, and a timer is an asyncio
 task per object and kind. Here:
 
-- an event handler (kopf writes nothing for those) reconciles an object the first time the operator
-  sees it and whenever its `.metadata.generation` moves past the one handled (rules: runtime/schedule.py);
-  a reconcile that fails is retried after its delay (kopf.TemporaryError's, else RETRY_SECONDS);
+- an event handler (kopf writes nothing for those) enqueues an object the first time the operator sees it
+  and whenever its `.metadata.generation` moves past the one its last pass read (rules:
+  runtime/schedule.py); retries and back-off are the work queue's;
 - one loop, started with the first event (it inherits the context kopf's event poster lives in), runs the
-  periodic jobs (`every`) of every object it has seen, at most one run per object and job at a time, and
-  the due retries. Bodies are kept without managedFields: what the jobs read, nothing more.
+  periodic jobs (`every`) of every object it has seen, at most one run per object and job at a time. The
+  jobs decide in the loop whether anything is due, do slow reads (a log, a scrape, a revision) in a lane of
+  their own, hold what they observed in memory, and enqueue the object: only its pass writes.
+  Bodies are kept without managedFields: what the jobs read, nothing more.
 """
 
 from __future__ import annotations
@@ -21,10 +23,9 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,8 @@ import kopf
 
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.runtime import metrics
-from speculator_operator.runtime.kube import PERIODIC_WORKERS, RETRY_SECONDS, unreachable, waited
+from speculator_operator.runtime.controller import Controller
+from speculator_operator.runtime.kube import PERIODIC_WORKERS, unreachable, waited
 from speculator_operator.runtime.schedule import Every, Generations
 
 TICK_SECONDS = 1.0
@@ -57,22 +59,18 @@ class _Seen:
 
 
 _jobs: list[_Periodic] = []
-_reconcilers: dict[str, Callable[[kopf.Body], None]] = {}
+_controllers: dict[str, Controller] = {}
 _generations: dict[str, Generations] = {}
 _gone: dict[str, list[Callable[[str, str, str], None]]] = {}
 _objects: dict[str, dict[str, _Seen]] = {}
 _running: set[tuple[str, str]] = set()
 _tasks: set[asyncio.Task[None]] = set()
-_locks: dict[str, threading.Lock] = {}
-_guard = threading.Lock()
 _task: asyncio.Task[None] | None = None
-_pool: Executor | None = None  # kopf's handler pool (settings.execution), taken at startup
 metrics.tracked("periodic.objects", lambda: sum(len(seen) for seen in list(_objects.values())))
 metrics.tracked(
     "periodic.generations", lambda: sum(len(g.handled) + len(g.failed) for g in list(_generations.values()))
 )
 metrics.tracked("periodic.schedules", lambda: sum(len(job.every.next_at) for job in _jobs))
-metrics.tracked("periodic.locks", lambda: len(_locks))
 
 
 def every(plural: str, *, interval: float, initial: float | None = None, idle: float = 0.0) -> Callable[[Job], Job]:
@@ -86,29 +84,23 @@ def every(plural: str, *, interval: float, initial: float | None = None, idle: f
     return register
 
 
-def reconciler(plural: str) -> Callable[[Callable[[kopf.Body], None]], Callable[[kopf.Body], None]]:
-    """The decorated `fn(body)` reconciles each generation of each object of `plural` once (and at start),
-    in kopf's handler pool; it raises kopf.TemporaryError (or anything) to be retried. An event that brings
-    nothing to reconcile is told apart in the event loop, without a thread."""
+def controlled(plural: str, controller: Controller) -> None:
+    """Objects of `plural` go to `controller`'s work queue: the first time the operator sees each (as kopf's
+    resume did) and whenever its `.metadata.generation` moves past the one its last pass read, with the cause
+    "spec"; its retries and back-off are the queue's. An event that brings nothing new (most are the operator's
+    own status writes) is told apart here, in the event loop, without a thread."""
+    _track(plural)
+    _controllers[plural] = controller
+    _generations[plural] = controller.generations
 
-    def register(fn: Callable[[kopf.Body], None]) -> Callable[[kopf.Body], None]:
-        _track(plural)
-        _reconcilers[plural] = fn
-        _generations[plural] = Generations()
-
-        @kopf.on.event(GROUP, VERSION, plural)
-        async def _reconcile(*, body: kopf.Body, type: str | None, **_: Any) -> None:
-            # most events are the operator's own status writes: told apart here, in the loop, they do not
-            # wait for a free handler thread (and hold up the object's next event) to find nothing to do
-            if type == "DELETED" or not _due(plural, body):
-                return
-            context = contextvars.copy_context()
-            work = waited("reconcile", reconcile)
-            await asyncio.get_running_loop().run_in_executor(_pool, context.run, work, plural, body)
-
-        return fn
-
-    return register
+    @kopf.on.event(GROUP, VERSION, plural)
+    async def _enqueue(*, body: kopf.Body, type: str | None, **_: Any) -> None:
+        meta = body.get("metadata") or {}
+        uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 0)
+        if type == "DELETED" or not uid or meta.get("deletionTimestamp"):
+            return
+        if controller.generations.wants(uid, generation, time.monotonic()):
+            controller.enqueue(str(meta.get("namespace") or ""), str(meta.get("name") or ""), "spec")
 
 
 def on_gone(plural: str) -> Callable[[Callable[[str, str, str], None]], Callable[[str, str, str], None]]:
@@ -154,8 +146,8 @@ def seen(plural: str, body: Mapping[str, Any], type: str | None) -> None:
             job.every.forget(uid)
         if plural in _generations:
             _generations[plural].forget(uid)
-        with _guard:
-            _locks.pop(uid, None)
+        if plural in _controllers:
+            _controllers[plural].forget(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         for fn in _gone.get(plural, []):
             try:
                 fn(str(meta.get("namespace") or ""), str(meta.get("name") or ""), uid)
@@ -177,44 +169,6 @@ def latest(plural: str, uid: str) -> kopf.Body | None:
     return found.body if found else None
 
 
-def _due(plural: str, body: kopf.Body) -> bool:
-    meta = body.get("metadata") or {}
-    uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 0)
-    if meta.get("deletionTimestamp"):
-        return bool(uid) and uid in _generations[plural].failed  # reconcile() drops its retry
-    return bool(uid) and _generations[plural].wants(uid, generation, time.monotonic())
-
-
-def reconcile(plural: str, body: kopf.Body) -> None:
-    """Reconcile `body` if its generation is not handled yet (or its retry is due); one at a time per object."""
-    meta = body.get("metadata") or {}
-    uid, generation = str(meta.get("uid") or ""), int(meta.get("generation") or 0)
-    generations = _generations[plural]
-    if not uid or meta.get("deletionTimestamp"):
-        generations.failed.pop(uid, None)  # being deleted: nothing more to reconcile or retry
-        return
-    with _guard:
-        lock = _locks.setdefault(uid, threading.Lock())
-    with lock:
-        now = time.monotonic()
-        if not generations.wants(uid, generation, now):
-            return
-        try:
-            _reconcilers[plural](body)
-        except kopf.TemporaryError as exc:
-            generations.retry(uid, generation, time.monotonic(), exc.delay or RETRY_SECONDS)
-            log.info("%s/%s: %s; again in %ss", meta.get("namespace"), meta.get("name"), exc, exc.delay)
-        except Exception as exc:
-            generations.retry(uid, generation, time.monotonic(), RETRY_SECONDS)
-            where, why = f"{meta.get('namespace')}/{meta.get('name')}", unreachable(exc)
-            if why is not None:
-                log.warning("%s: the API server did not answer (%s); again in %ss", where, why, RETRY_SECONDS)
-            else:
-                log.exception("%s: reconcile failed (%s); again in %ss", where, exc, RETRY_SECONDS)
-        else:
-            generations.done(uid, generation)
-
-
 async def in_lane(fn: Callable[..., Any], *args: Any) -> Any:
     """Run `fn(*args)` in the periodic pool, with kopf's context (its event poster, its settings)."""
     context = contextvars.copy_context()
@@ -231,8 +185,8 @@ def _start() -> None:
 def reset(settings: kopf.OperatorSettings, **_: Any) -> None:
     """A fresh start: every object is reconciled again when seen, as kopf's resume did (an operator
     restarted in the same process, as the tests do, starts from nothing as well)."""
-    global _task, _pool
-    _task, _pool = None, settings.execution.executor
+    global _task
+    _task = None
     for objects in _objects.values():
         objects.clear()
     for generations in _generations.values():
@@ -241,10 +195,14 @@ def reset(settings: kopf.OperatorSettings, **_: Any) -> None:
     for job in _jobs:
         job.every.next_at.clear()
     _running.clear()
+    for controller in _controllers.values():
+        controller.start()
 
 
 @kopf.on.cleanup()
 async def stop(**_: Any) -> None:
+    for controller in _controllers.values():
+        await asyncio.to_thread(controller.stop)
     if _task is not None:
         _task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -284,12 +242,6 @@ async def while_tracked(plural: str, uid: str, fn: Job, body: kopf.Body) -> None
 async def _loop() -> None:
     while True:
         now = time.monotonic()
-        for plural, generations in _generations.items():
-            for uid in generations.retries_due(now):
-                found = _objects[plural].get(uid)
-                key = (f"reconcile {plural}", uid)
-                if found is not None and key not in _running:
-                    _launch(key, found.body, in_lane(reconcile, plural, found.body))
         for job in _jobs:
             for uid, found in list(_objects[job.plural].items()):
                 key = (job.name, uid)

@@ -36,6 +36,7 @@ class Result:
 
     retry: bool = False
     after: float | None = None
+    cause: str = "requeue"  # the cause the pass after `after` gets
 
 
 DONE = Result()
@@ -60,8 +61,12 @@ class WorkQueue(Generic[K]):
         max_delay: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         name: str = "workqueue",
+        waited: Callable[[float], None] | None = None,
     ) -> None:
+        """`waited(seconds)` is told, as each pass starts, how long its key waited in the queue for a worker."""
         self._handler, self._base, self._max, self._clock = handler, base_delay, max_delay, clock
+        self._waited = waited
+        self._since: dict[K, float] = {}  # queued keys -> when they became ready
         self._lock = threading.Condition()
         self._queue: list[K] = []  # keys ready for a pass, in order of arrival
         self._causes: dict[K, set[str]] = {}  # queued or dirty keys -> the causes gathered for their next pass
@@ -90,8 +95,12 @@ class WorkQueue(Generic[K]):
                 return
             self._causes[key] = {cause}
             if key not in self._processing:
-                self._queue.append(key)
-                self._lock.notify_all()
+                self._ready(key)
+
+    def _ready(self, key: K) -> None:
+        self._queue.append(key)
+        self._since[key] = self._clock()
+        self._lock.notify_all()
 
     def add_after(self, key: K, cause: str, delay: float) -> None:
         """`add(key, cause)` in `delay` seconds."""
@@ -99,6 +108,12 @@ class WorkQueue(Generic[K]):
             self._seq += 1
             heapq.heappush(self._timers, _Timer(self._clock() + max(delay, 0.0), self._seq, key, cause))
             self._lock.notify_all()
+
+    def forget(self, key: K) -> None:
+        """Drop what is kept about `key` (its failures) once its object is gone; a pending timer of it still
+        fires, and its pass finds nothing."""
+        with self._lock:
+            self._failures.pop(key, None)
 
     def backoff(self, key: K) -> float:
         """The delay before the next retry of `key`: base · 2^(failures-1), capped."""
@@ -116,6 +131,16 @@ class WorkQueue(Generic[K]):
                     return False
                 self._lock.wait(left)
             return True
+
+    def pending(self, key: K) -> frozenset[str]:
+        """The causes gathered for `key`'s next pass (empty: none is asked for)."""
+        with self._lock:
+            return frozenset(self._causes.get(key, ()))
+
+    def processing(self, key: K) -> bool:
+        """Whether a pass of `key` is running now."""
+        with self._lock:
+            return key in self._processing
 
     def depth(self) -> int:
         with self._lock:
@@ -138,7 +163,11 @@ class WorkQueue(Generic[K]):
                 return None
             key = self._queue.pop(0)
             self._processing.add(key)
-            return key, frozenset(self._causes.pop(key, set()))
+            since = self._since.pop(key, None)
+            causes = frozenset(self._causes.pop(key, set()))
+        if self._waited is not None and since is not None:
+            self._waited(self._clock() - since)
+        return key, causes
 
     def _work(self) -> None:
         while (taken := self._take()) is not None:
@@ -162,9 +191,9 @@ class WorkQueue(Generic[K]):
                 self._failures.pop(key, None)
                 if result.after is not None:
                     self._seq += 1
-                    heapq.heappush(self._timers, _Timer(self._clock() + result.after, self._seq, key, "requeue"))
+                    heapq.heappush(self._timers, _Timer(self._clock() + result.after, self._seq, key, result.cause))
             if key in self._causes:  # added while it ran: exactly one more pass, now
-                self._queue.append(key)
+                self._ready(key)
             self._lock.notify_all()
 
     def _tick(self) -> None:

@@ -1,0 +1,152 @@
+"""One kind's control loop: kopf's watches and the periodic jobs only enqueue `(namespace, name)` with a cause;
+a work queue (runtime/workqueue.py) runs one pass per object at a time; a pass reads what it needs, plans,
+applies the children and writes the status at most once (`PassStatus`).
+
+Why it is built so: before, status was written from fourteen places and children applied from five (the
+reconcile, the child events, the input poll, the drift restore, the tuning rollout), each from its own copy
+of the object; two of them could apply children at once from copies of different ages, so that "a
+mismatched pair is never served" held by timing. With one pass per key, everything that moves an object goes
+through the one place that reads it fresh, and a trigger that arrives meanwhile costs exactly one more pass.
+
+What the earlier design won is kept: no finalizer and no kopf bookkeeping (the watches' handlers are plain
+event handlers, kopf writes nothing for them), an unchanged world writes nothing (the pass's single write is a
+patch of what changed, `runtime/kube.write_status`), and the pool sizes measured at 1,000 objects
+(`runtime/kube.py`). Passes run in threads: they block on the API server, S3 and the Hub, not on the CPU.
+kopf's context (its event poster, which it sets up after the startup handlers ran) is captured from the first
+trigger, which comes from a watch's handler or the periodic loop, and is given to every pass.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from speculator_operator.runtime import kube, metrics
+from speculator_operator.runtime.kube import unreachable
+from speculator_operator.runtime.schedule import Generations
+from speculator_operator.runtime.workqueue import Result, WorkQueue
+
+Key = tuple[str, str]  # (namespace, name)
+Pass = Callable[[Key, frozenset[str]], Result]
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    """The work queue of one kind. `run(key, causes)` is the pass; it returns a `Result`."""
+
+    def __init__(self, kind: str, workers: int, base_delay: float = 1.0, max_delay: float = 300.0) -> None:
+        self.kind, self.workers = kind, workers
+        self._run: Pass | None = None
+        self._base, self._max = base_delay, max_delay
+        self.queue: WorkQueue[Key] | None = None
+        self.generations = Generations()  # the generation each object's last pass read (runtime/scheduler.py)
+        self._context: contextvars.Context | None = None
+        metrics.tracked(f"{kind}.queue", lambda: self.queue.depth() if self.queue is not None else 0)
+
+    def handles(self, run: Pass) -> Pass:
+        """Decorates the kind's pass (its controller module registers it)."""
+        self._run = run
+        return run
+
+    def start(self) -> None:
+        """A fresh queue (an operator restarted in the same process starts from nothing)."""
+        self.stop()
+        self._context = None
+        wait = metrics.LANE_WAIT.labels(f"queue-{self.kind}")
+        self.queue = WorkQueue(
+            self._pass,
+            workers=self.workers,
+            base_delay=self._base,
+            max_delay=self._max,
+            name=f"pass-{self.kind}",
+            waited=wait.observe,
+        )
+
+    def stop(self) -> None:
+        if self.queue is not None:
+            self.queue.shutdown(timeout=5.0)
+            self.queue = None
+
+    def enqueue(self, namespace: str, name: str, cause: str) -> None:
+        if self.queue is not None:
+            self._keep_context()
+            self.queue.add((namespace, name), cause)
+
+    def enqueue_after(self, namespace: str, name: str, cause: str, delay: float) -> None:
+        if self.queue is not None:
+            self._keep_context()
+            self.queue.add_after((namespace, name), cause, delay)
+
+    def _keep_context(self) -> None:
+        if self._context is None:
+            self._context = contextvars.copy_context()
+
+    def forget(self, namespace: str, name: str) -> None:
+        if self.queue is not None:
+            self.queue.forget((namespace, name))
+
+    def _pass(self, key: Key, causes: frozenset[str]) -> Result:
+        context = self._context.copy() if self._context is not None else contextvars.copy_context()
+        return context.run(self._counted, key, causes)
+
+    def _counted(self, key: Key, causes: frozenset[str]) -> Result:
+        outcome = "ok"
+        assert self._run is not None, f"no pass registered for {self.kind}"
+        try:
+            result = self._run(key, causes)
+            if result.retry:
+                outcome = "retry"
+            return result
+        except Exception as exc:
+            outcome = "error"
+            why = unreachable(exc)
+            if why is not None:
+                log.warning("%s/%s: the API server did not answer (%s); again soon", *key, why)
+            else:
+                log.exception("%s/%s: pass failed (%s: %s)", *key, type(exc).__name__, exc)
+            return Result(retry=True)
+        finally:
+            metrics.PASSES.labels(self.kind, outcome).inc()
+
+
+class PassStatus:
+    """The status one pass writes: the stored one as read at the start, the steps' changes to a working copy,
+    and one patch of what changed at the end, labelled by the first of the causes in `order` it has."""
+
+    def __init__(self, plural: str, namespace: str, name: str, stored: dict[str, Any]) -> None:
+        self.plural, self.namespace, self.name = plural, namespace, name
+        self.stored = dict(stored)
+        self.status = dict(stored)
+        self.causes: list[str] = []
+
+    def set(self, new: dict[str, Any], cause: str) -> None:
+        """The status after one step of the pass; `cause` is recorded if the step changed it."""
+        if new != self.status and cause not in self.causes:
+            self.causes.append(cause)
+        self.status = dict(new)
+
+    def write(self, order: Iterable[str] = ()) -> bool:
+        """Write what changed since the pass read the object (nothing when nothing did); True if it wrote."""
+        if not kube.status_patch(self.stored, self.status):
+            return False
+        cause = next((c for c in order if c in self.causes), self.causes[0] if self.causes else "reconcile")
+        kube.write_status(self.plural, self.namespace, self.name, self.stored, self.status, cause)
+        self.stored = dict(self.status)
+        return True
+
+
+class Hooks:
+    """Seams for the tests that force overlaps (tests/cluster/test_one_pass.py): `applying` is called in a pass
+    just before it applies children, with the object's namespace and name. None in production."""
+
+    def __init__(self) -> None:
+        self.on_apply: Callable[[str, str], None] | None = None
+
+    def applying(self, namespace: str, name: str) -> None:
+        if self.on_apply is not None:
+            self.on_apply(namespace, name)
+
+
+HOOKS = Hooks()

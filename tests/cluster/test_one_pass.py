@@ -1,0 +1,242 @@
+"""One pass per object at a time, with the overlap forced rather than hoped for: a hook holds each round's pass
+inside its apply until the next trigger of the same object has arrived (runtime/controller.py `HOOKS`), on the
+real control plane with the real S3 server and the operator in-process.
+
+The triggers are the ones that used to apply children from their own copies of the object: a spec edit, a
+child scaled by hand (a drift restore), and an input poll after the draft's bytes changed in place (a poll
+redeploy). The tuning rollout goes through the same step of the pass as a spec edit (`_Pass.reconcile`) and is
+not driven here: it needs a window of scripted acceptance (test_tuning.py). Asserted:
+
+- the child's template never returns to an earlier revision (no A -> B -> A) and its generation rises by at
+  most the revisions the inputs imply plus the hand scales and their restorations;
+- status writes <= passes (`speculator_passes_total` beside `speculator_status_writes_total`);
+- the API server's own count of 409 answers to status writes of the kind does not move;
+- it ends serving the last inputs: the last spec edit's arguments and the last draft bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from kopf.testing import KopfRunner
+from kubernetes import client, watch
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+from speculator_operator.controllers.queues import DEPLOYMENTS
+from speculator_operator.runtime.controller import HOOKS
+
+from ..ckptgen import eagle3, write_checkpoint
+from .conftest import SMALL, Cluster, eventually, get, sdep
+
+pytestmark = pytest.mark.cluster
+
+ROUNDS = 20
+KIND = "SpeculatorDeployment"
+
+
+def operator_count(name: str) -> float:
+    """The in-process operator's own counter `name`, summed over its series of the kind."""
+    total = 0.0
+    for family in REGISTRY.collect():
+        for s in family.samples:
+            if s.name == name and s.labels.get("kind") == KIND:
+                total += s.value
+    return total
+
+
+def status_conflicts(cluster: Cluster) -> float:
+    """apiserver_request_total{resource="speculatordeployments",subresource="status",code="409"}, summed."""
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = s.labels
+            if (
+                s.name == "apiserver_request_total"
+                and labels.get("resource") == "speculatordeployments"
+                and labels.get("subresource") == "status"
+                and labels.get("code") == "409"
+            ):
+                total += s.value
+    return total
+
+
+class Held:
+    """The hook: when armed, the pass of `key` that reaches its apply signals `holding` and waits there until
+    another trigger of the same key has been enqueued (or 60 s pass: then `missed` says so)."""
+
+    def __init__(self, key: tuple[str, str]) -> None:
+        self.key = key
+        self.armed = threading.Event()
+        self.holding = threading.Event()
+        self.released = threading.Event()
+        self.held = 0
+        self.missed = 0
+
+    def __call__(self, namespace: str, name: str) -> None:
+        if (namespace, name) != self.key or not self.armed.is_set():
+            return
+        self.armed.clear()
+        self.holding.set()
+        queue = DEPLOYMENTS.queue
+        assert queue is not None
+        arrived = threading.Event()
+        for _ in range(600):
+            if queue.pending(self.key):
+                arrived.set()
+                break
+            arrived.wait(0.1)
+        self.held += arrived.is_set()
+        self.missed += not arrived.is_set()
+        self.released.set()
+
+
+@pytest.fixture
+def s3(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Any:
+    assert cluster.s3 is not None
+    for key, value in cluster.s3.env().items():
+        monkeypatch.setenv(key, value)
+    return boto3.client("s3")
+
+
+@pytest.fixture
+def templates(cluster: Cluster, namespace: str) -> Iterator[list[str]]:
+    """The child Deployment's template revision after every change the API server reports, in order."""
+    seen: list[str] = []
+    stop = threading.Event()
+    w = watch.Watch()
+
+    def follow() -> None:
+        apps = client.AppsV1Api(cluster.api)
+        while not stop.is_set():
+            try:
+                for event in w.stream(
+                    apps.list_namespaced_deployment,
+                    namespace,
+                    field_selector="metadata.name=overlap",
+                    timeout_seconds=5,
+                ):
+                    annotations = event["object"].spec.template.metadata.annotations or {}
+                    revision = annotations.get("speculators.dev/revision")
+                    if revision and (not seen or seen[-1] != revision):
+                        seen.append(revision)
+                    if stop.is_set():
+                        break
+            except Exception:  # a watch that ends early is started again
+                if stop.is_set():
+                    break
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    yield seen
+    stop.set()
+    w.stop()
+    thread.join(timeout=10)
+
+
+def child(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    return get(cluster, namespace, "deployment/overlap")
+
+
+def test_overlapping_triggers_at_one_deployment_never_take_its_revision_back(
+    cluster: Cluster,
+    operator: KopfRunner,
+    store: dict[str, str],
+    namespace: str,
+    creds: str,
+    s3: Any,
+    tmp_path: Path,
+    templates: list[str],
+) -> None:
+    bucket = store["good"].removeprefix("s3://").split("/")[0]
+    prefix = f"overlap-{namespace}"
+    weights = tmp_path / "draft"
+    write_checkpoint(weights, *eagle3(SMALL, draft_vocab=1024), sparse=False, fill=b"\x00")
+    for path in sorted(weights.iterdir()):
+        s3.upload_file(str(path), bucket, f"{prefix}/{path.name}")
+    doc = json.loads(sdep("overlap", {**store, "mine": f"s3://{bucket}/{prefix}"}, "mine", creds))
+    doc["spec"]["serving"]["replicas"] = 1
+    doc["spec"]["upgradePolicy"] = {"onDraftChange": "Redeploy", "pollIntervalSeconds": 86400}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/overlap", "--timeout=120s")
+    key = (namespace, "overlap")
+    queue = DEPLOYMENTS.queue
+    assert queue is not None
+    eventually(lambda: _idle(queue, key), timeout=60)
+
+    generation0 = int(child(cluster, namespace)["metadata"]["generation"])
+    revisions0 = len(templates)
+    writes0, passes0 = operator_count("speculator_status_writes_total"), operator_count("speculator_passes_total")
+    conflicts0 = status_conflicts(cluster)
+    scales = 0
+    hook = Held(key)
+    HOOKS.on_apply = hook
+    try:
+        for round_ in range(ROUNDS):
+
+            def edit_spec(r: int = round_) -> None:
+                patch = {"spec": {"serving": {"extraArgs": ["--seed", str(r)]}}}
+                cluster.kubectl("patch", "-n", namespace, "sdep/overlap", "--type=merge", "-p", json.dumps(patch))
+
+            def new_draft(r: int = round_) -> None:
+                write_checkpoint(weights, *eagle3(SMALL, draft_vocab=1024), sparse=False, fill=bytes([r + 1]))
+                s3.upload_file(str(weights / "model.safetensors"), bucket, f"{prefix}/model.safetensors")
+                DEPLOYMENTS.enqueue(namespace, "overlap", "poll")  # what the poll job does once it is due
+
+            def scale() -> None:
+                cluster.kubectl("scale", "-n", namespace, "deployment/overlap", "--replicas=3")
+
+            triggers = [edit_spec, new_draft, scale]
+            first, second = triggers[round_ % 3], triggers[(round_ + 1) % 3]
+            scales += (first is scale) + (second is scale)
+            hook.holding.clear()
+            hook.released.clear()
+            hook.armed.set()
+            first()
+            assert hook.holding.wait(60), f"round {round_}: no pass reached its apply after {first.__name__}"
+            second()  # while the first trigger's pass is held inside its apply
+            assert hook.released.wait(90)
+            eventually(lambda: _idle(queue, key), timeout=60)
+    finally:
+        HOOKS.on_apply = None
+    assert hook.missed == 0
+    assert hook.held == ROUNDS
+
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/overlap", "--timeout=120s")
+    status = get(cluster, namespace, "sdep/overlap")["status"]
+    dep = child(cluster, namespace)
+    served = dep["spec"]["template"]["metadata"]["annotations"]["speculators.dev/revision"]
+    eventually(lambda: _equal(templates[-1], served), timeout=30)
+
+    # no A -> B -> A: every revision the template took is new
+    assert len(set(templates)) == len(templates), templates
+    # each round brings one or two new revisions (a spec edit, new draft bytes); a hand scale and its
+    # restoration move the generation without a new template
+    new_revisions = len(templates) - revisions0
+    assert new_revisions <= 2 * ROUNDS
+    assert int(dep["metadata"]["generation"]) - generation0 <= new_revisions + 2 * scales
+    # the pair it ends with is the last inputs'
+    assert status["revision"] == served
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--seed", str(ROUNDS - 1)]
+    # one status write per pass at most, and not one refused for a stale resourceVersion
+    writes = operator_count("speculator_status_writes_total") - writes0
+    passes = operator_count("speculator_passes_total") - passes0
+    assert 0 < writes <= passes
+    assert status_conflicts(cluster) == conflicts0
+
+
+def _idle(queue: Any, key: tuple[str, str]) -> None:
+    assert not queue.pending(key)
+    assert not queue.processing(key)
+
+
+def _equal(a: object, b: object) -> None:
+    assert a == b, f"{a!r} != {b!r}"
