@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,30 +31,31 @@ from kubernetes import client, watch
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from speculator_operator.controllers.queues import DEPLOYMENTS
-from speculator_operator.runtime.controller import HOOKS
+from speculator_operator.controllers.queues import DEPLOYMENTS, TRAINJOBS
+from speculator_operator.runtime.controller import HOOKS, Controller
 
 from ..ckptgen import eagle3, write_checkpoint
 from .conftest import SMALL, Cluster, eventually, get, sdep
+from .test_deployment_restart import operator_writes
+from .test_trainjob_controller import OFFLINE_STAGES, slow_offline, stage_job_writes
 
 pytestmark = pytest.mark.cluster
 
 ROUNDS = 20
-KIND = "SpeculatorDeployment"
 
 
-def operator_count(name: str) -> float:
+def operator_count(name: str, kind: str = "SpeculatorDeployment") -> float:
     """The in-process operator's own counter `name`, summed over its series of the kind."""
     total = 0.0
     for family in REGISTRY.collect():
         for s in family.samples:
-            if s.name == name and s.labels.get("kind") == KIND:
+            if s.name == name and s.labels.get("kind") == kind:
                 total += s.value
     return total
 
 
-def status_conflicts(cluster: Cluster) -> float:
-    """apiserver_request_total{resource="speculatordeployments",subresource="status",code="409"}, summed."""
+def status_conflicts(cluster: Cluster, resource: str = "speculatordeployments") -> float:
+    """apiserver_request_total{resource=...,subresource="status",code="409"}, summed."""
     text = cluster.kubectl("get", "--raw", "/metrics").stdout
     total = 0.0
     for family in text_string_to_metric_families(text):
@@ -60,7 +63,7 @@ def status_conflicts(cluster: Cluster) -> float:
             labels = s.labels
             if (
                 s.name == "apiserver_request_total"
-                and labels.get("resource") == "speculatordeployments"
+                and labels.get("resource") == resource
                 and labels.get("subresource") == "status"
                 and labels.get("code") == "409"
             ):
@@ -69,32 +72,40 @@ def status_conflicts(cluster: Cluster) -> float:
 
 
 class Held:
-    """The hook: when armed, the pass of `key` that reaches its apply signals `holding` and waits there until
-    another trigger of the same key has been enqueued (or 60 s pass: then `missed` says so)."""
+    """The hook: when armed, the pass of `key` that reaches its apply signals `holding` and stays there until
+    the test has sent its next trigger (`sent`) and that trigger has been enqueued for the same key (60 s at
+    most each: `missed` counts the holds that gave up)."""
 
-    def __init__(self, key: tuple[str, str]) -> None:
-        self.key = key
+    def __init__(self, key: tuple[str, str], controller: Controller = DEPLOYMENTS) -> None:
+        self.key, self.controller = key, controller
         self.armed = threading.Event()
         self.holding = threading.Event()
+        self.sent = threading.Event()
         self.released = threading.Event()
         self.held = 0
         self.missed = 0
+
+    def arm(self) -> None:
+        self.holding.clear()
+        self.sent.clear()
+        self.released.clear()
+        self.armed.set()
 
     def __call__(self, namespace: str, name: str) -> None:
         if (namespace, name) != self.key or not self.armed.is_set():
             return
         self.armed.clear()
         self.holding.set()
-        queue = DEPLOYMENTS.queue
+        queue = self.controller.queue
         assert queue is not None
-        arrived = threading.Event()
+        arrived = self.sent.wait(60)
         for _ in range(600):
-            if queue.pending(self.key):
-                arrived.set()
+            if not arrived or queue.pending(self.key):
                 break
-            arrived.wait(0.1)
-        self.held += arrived.is_set()
-        self.missed += not arrived.is_set()
+            self.released.wait(0.1)
+        arrived = arrived and bool(queue.pending(self.key))
+        self.held += arrived
+        self.missed += not arrived
         self.released.set()
 
 
@@ -176,12 +187,14 @@ def test_overlapping_triggers_at_one_deployment_never_take_its_revision_back(
     writes0, passes0 = operator_count("speculator_status_writes_total"), operator_count("speculator_passes_total")
     conflicts0 = status_conflicts(cluster)
     scales = 0
+    seeds: list[str] = []
     hook = Held(key)
     HOOKS.on_apply = hook
     try:
         for round_ in range(ROUNDS):
 
             def edit_spec(r: int = round_) -> None:
+                seeds.append(str(r))
                 patch = {"spec": {"serving": {"extraArgs": ["--seed", str(r)]}}}
                 cluster.kubectl("patch", "-n", namespace, "sdep/overlap", "--type=merge", "-p", json.dumps(patch))
 
@@ -196,12 +209,11 @@ def test_overlapping_triggers_at_one_deployment_never_take_its_revision_back(
             triggers = [edit_spec, new_draft, scale]
             first, second = triggers[round_ % 3], triggers[(round_ + 1) % 3]
             scales += (first is scale) + (second is scale)
-            hook.holding.clear()
-            hook.released.clear()
-            hook.armed.set()
+            hook.arm()
             first()
             assert hook.holding.wait(60), f"round {round_}: no pass reached its apply after {first.__name__}"
             second()  # while the first trigger's pass is held inside its apply
+            hook.sent.set()
             assert hook.released.wait(90)
             eventually(lambda: _idle(queue, key), timeout=60)
     finally:
@@ -225,12 +237,59 @@ def test_overlapping_triggers_at_one_deployment_never_take_its_revision_back(
     # the pair it ends with is the last inputs'
     assert status["revision"] == served
     assert dep["spec"]["replicas"] == 1
-    assert dep["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--seed", str(ROUNDS - 1)]
+    assert dep["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--seed", seeds[-1]]
     # one status write per pass at most, and not one refused for a stale resourceVersion
     writes = operator_count("speculator_status_writes_total") - writes0
     passes = operator_count("speculator_passes_total") - passes0
     assert 0 < writes <= passes
     assert status_conflicts(cluster) == conflicts0
+
+
+def test_a_train_job_edited_while_its_stage_jobs_finish_starts_each_stage_once(
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str, workspace: Any
+) -> None:
+    """Each pass that applies a stage's children is held until a spec edit (retries, a field that may change
+    mid-run) has arrived; the stage Jobs finish meanwhile (kwok, 2 s a pod)."""
+    workspace("edited-workspace")
+    key = (namespace, "edited")
+    start = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    writes0 = operator_count("speculator_status_writes_total", "SpeculatorTrainJob")
+    passes0 = operator_count("speculator_passes_total", "SpeculatorTrainJob")
+    conflicts0 = status_conflicts(cluster, "speculatortrainjobs")
+    hook = Held(key, TRAINJOBS)
+    HOOKS.on_apply = hook
+    edits = 0
+    try:
+        hook.arm()
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=slow_offline("edited", store, creds, "2s"))
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            if not hook.holding.wait(0.5):
+                if get(cluster, namespace, "stj/edited").get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                    break
+                continue
+            edits += 1
+            patch = {"spec": {"retries": 1 + edits % 5}}  # differs from the last value each time
+            cluster.kubectl("patch", "-n", namespace, "stj/edited", "--type=merge", "-p", json.dumps(patch))
+            hook.sent.set()
+            assert hook.released.wait(90)
+            hook.arm()
+    finally:
+        HOOKS.on_apply = None
+    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Succeeded", "stj/edited", "--timeout=180s")
+    assert hook.missed == 0
+    assert edits >= len(OFFLINE_STAGES)  # one held apply per stage at least (servers add theirs)
+    obj = get(cluster, namespace, "stj/edited")
+    assert [s["name"] for s in obj["status"]["stages"]] == OFFLINE_STAGES
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+    # each stage's Job written exactly once, whatever arrived while it was applied
+    assert cluster.local is not None
+    assert cluster.local.audit_log is not None
+    stage_job_writes(operator_writes(Path(cluster.local.audit_log), start, namespace), "edited")
+    writes = operator_count("speculator_status_writes_total", "SpeculatorTrainJob") - writes0
+    passes = operator_count("speculator_passes_total", "SpeculatorTrainJob") - passes0
+    assert 0 < writes <= passes
+    assert status_conflicts(cluster, "speculatortrainjobs") == conflicts0
 
 
 def _idle(queue: Any, key: tuple[str, str]) -> None:
@@ -240,3 +299,68 @@ def _idle(queue: Any, key: tuple[str, str]) -> None:
 
 def _equal(a: object, b: object) -> None:
     assert a == b, f"{a!r} != {b!r}"
+
+
+class Gate:
+    """The hook for the slow-work test: a pass of an object named `slow-*` stops inside its apply until the
+    gate opens (standing for an audit or an S3 read that does not return)."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.lock = threading.Lock()
+        self.waiting: set[tuple[str, str]] = set()
+
+    def __call__(self, namespace: str, name: str) -> None:
+        if not name.startswith("slow-"):
+            return
+        with self.lock:
+            self.waiting.add((namespace, name))
+        self.open.wait(300)
+
+
+def test_a_stage_transition_never_waits_behind_other_objects_slow_work(
+    cluster: Cluster,
+    operator: KopfRunner,
+    store: dict[str, str],
+    namespace: str,
+    creds: str,
+    workspace: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While other objects' work does not return (the passes of 8 SpeculatorDeployments and 3 train jobs held
+    inside their apply, every read of a stage pod's log hanging), a train job goes through every stage. Where a
+    pass waits for a thread that such work holds (one shared pool, a lock per kind), it never finishes."""
+    from speculator_operator.runtime import kube
+
+    hung = threading.Event()
+    monkeypatch.setattr(kube, "dialable", lambda ip: True)  # kwok's pods too: their log reads are attempted
+
+    def pod_log(*args: Any, **kwargs: Any) -> str:
+        hung.wait(300)
+        return ""
+
+    monkeypatch.setattr(kube, "pod_log", pod_log)
+    gate = Gate()
+    HOOKS.on_apply = gate
+    try:
+        for i in range(8):
+            cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep(f"slow-{i}", store, "good", creds))
+        for i in range(3):
+            cluster.kubectl("apply", "-n", namespace, "-f", "-", input=slow_offline(f"slow-t{i}", store, creds, "1s"))
+        eventually(lambda: _at_least(len(gate.waiting), 11), timeout=120)
+        workspace("fast-workspace")
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=slow_offline("fast", store, creds, "1s"))
+        cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Succeeded", "stj/fast",
+                        "--timeout=240s", timeout=260)  # fmt: skip
+        assert len(gate.waiting) == 11  # the slow ones were still held when it finished
+        assert not gate.open.is_set()
+    finally:
+        gate.open.set()
+        hung.set()
+        HOOKS.on_apply = None
+    st = get(cluster, namespace, "stj/fast")["status"]
+    assert [(s["name"], s["phase"]) for s in st["stages"]] == [(s, "Succeeded") for s in OFFLINE_STAGES]
+
+
+def _at_least(n: int, wanted: int) -> None:
+    assert n >= wanted, f"{n} < {wanted}"

@@ -77,7 +77,10 @@ def test_progress_moves_in_status_from_a_real_pods_log(
     events: list[tuple[str, str]] = []
 
     def read() -> dict[str, Any]:
-        events.extend(trainjob.read_progress(get(cluster, namespace, "stj/tiny")))
+        # what the operator does: the periodic lane reads the log and holds what it found, then the object's
+        # pass (its only cause: the progress) folds it into the status
+        if trainjob.read_progress(get(cluster, namespace, "stj/tiny")):
+            events.extend(trainjob.fold_progress(namespace, "tiny"))
         return dict(get(cluster, namespace, "stj/tiny")["status"].get("progress") or {})
 
     first = eventually(lambda: _has_step(read()), timeout=60, interval=1)
@@ -99,7 +102,8 @@ def test_progress_moves_in_status_from_a_real_pods_log(
     stored = get(cluster, namespace, "stj/tiny")["status"]["progress"]
     cluster.kubectl("delete", "-n", namespace, "pod/tiny-train-0", "--wait=true", timeout=120)
     count = train_writes()
-    assert trainjob.read_progress(get(cluster, namespace, "stj/tiny")) == []  # no running pod: nothing to read
+    assert trainjob.read_progress(get(cluster, namespace, "stj/tiny")) is False  # no running pod: nothing to read
+    assert trainjob.fold_progress(namespace, "tiny") == []
     assert train_writes() == count
     assert get(cluster, namespace, "stj/tiny")["status"]["progress"] == stored
 

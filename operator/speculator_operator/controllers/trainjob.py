@@ -9,6 +9,7 @@ checkpoint to a SpeculatorDeployment.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, cast
 
@@ -17,13 +18,14 @@ from kubernetes.client.exceptions import ApiException
 
 from speculator_operator.api.common import now
 from speculator_operator.api.labels import MANAGED_BY_LABEL, STAGE_LABEL, TRAINJOB_LABEL
-from speculator_operator.api.podcontract import StageReport, parse_progress, progress_seconds
+from speculator_operator.api.podcontract import parse_progress, progress_seconds
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.controllers.queues import TRAINJOBS
 from speculator_operator.controllers.retention import prune_outputs
 from speculator_operator.domain.checkpoint import CheckpointError, read_verifier
 from speculator_operator.planning import Problem, parse_spec, progress
-from speculator_operator.planning.pods import pod_problem, refused_creation, terminated_words
+from speculator_operator.planning.pods import pod_problem, refused_creation
+from speculator_operator.planning.stagepods import observe_pods
 from speculator_operator.planning.trainjob import (
     Observed,
     Plan,
@@ -57,29 +59,6 @@ DEPLOYMENTS = "speculatordeployments"
 log = logging.getLogger(__name__)
 
 
-def _terminated(pod: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(finishedAt, message) of the pod's main container once it has terminated; a failure's message
-    starts with the kubelet's reason and the exit code (`OOMKilled (exit code 137): ...`)."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") != "main":
-            continue
-        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
-        if term:
-            message = term.get("message")
-            if term.get("exitCode"):
-                message = f"{terminated_words(term)}: {message or ''}".rstrip(": ")
-            return term.get("finishedAt"), message
-    return None, None
-
-
-def main_image_id(pod: dict[str, Any]) -> str | None:
-    """The image the kubelet ran for the pod's main container (repository@digest), if it reports one."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") == "main" and cs.get("imageID"):
-            return str(cs["imageID"])
-    return None
-
-
 def observe_children(namespace: str, name: str, obs: Observed) -> None:
     selector = f"{LABEL}={name}"
     for job in kube.list_objects("batch/v1", "Job", namespace, label_selector=selector):
@@ -98,38 +77,6 @@ def observe_children(namespace: str, name: str, obs: Observed) -> None:
             refused = refused_pods(namespace, job)  # no pod at all: the API server may be refusing them
             if refused:
                 obs.stuck.setdefault(stage, refused)
-
-
-def observe_pods(obs: Observed, pods: list[dict[str, Any]]) -> set[str]:
-    """What the stage pods say (the reports the succeeded ones left, the last failure's message, a stuck
-    pod's problem) into `obs`; returns the stages that have pods."""
-    latest_fail: dict[str, str] = {}
-    with_pods: set[str] = set()
-    for pod in pods:
-        stage = (pod["metadata"].get("labels") or {}).get(STAGE_LABEL)
-        phase = (pod.get("status") or {}).get("phase")
-        if stage not in obs.jobs:
-            continue
-        if phase not in ("Succeeded", "Failed"):
-            with_pods.add(stage)
-            problem = pod_problem(pod)
-            if problem:
-                obs.stuck.setdefault(stage, problem)
-            continue
-        finished, message = _terminated(pod)
-        with_pods.add(stage)
-        if phase == "Succeeded":
-            image_id = main_image_id(pod)
-            if image_id:
-                obs.images[stage] = image_id
-            found = StageReport.decode(message)
-            if found is not None:
-                before = obs.reports.get(stage)
-                obs.reports[stage] = before.merged(found) if before is not None else found
-        elif message and (finished or "") >= latest_fail.get(stage, ""):
-            latest_fail[stage] = finished or ""
-            obs.failures[stage] = message
-    return with_pods
 
 
 def refused_pods(namespace: str, job: dict[str, Any]) -> tuple[str, str] | None:
@@ -194,6 +141,9 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     at most once. Every pass is the whole reconcile: the stage machine decides from what it observes, not
     from what woke it."""
     namespace, name = key
+    if causes == {"progress"}:  # a progress line only: the stage machine has nothing new to decide from it
+        fold_progress(namespace, name)
+        return DONE
     body = kube.read_custom(PLURAL, namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         _held.pop(key, None)
@@ -325,11 +275,27 @@ def read_progress(body: dict[str, Any]) -> bool:
     old = status.get("progress") or {}
     if parsed is None or progress.merged(old, parsed, stage, now()) == old:
         return False
-    if not periodic.tracking(PLURAL, meta["uid"]):
-        return False  # deleted during the read: nothing would forget what is held
+    # held, then enqueued: if the object was deleted meanwhile, that pass finds it gone and drops what is held
     _held[(namespace, name)] = (stage, parsed)
     CONTROLLER.enqueue(namespace, name, "progress")
     return True
+
+
+def fold_progress(namespace: str, name: str) -> list[tuple[str, str]]:
+    """The pass of a train job whose only cause is a progress reading: the reading folded into the status as
+    stored now, written once, an event posted for each epoch it is the first to show; returns those events."""
+    key = (namespace, name)
+    body = kube.read_custom(PLURAL, namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        _held.pop(key, None)
+        return []
+    status = PassStatus(PLURAL, namespace, name, body.get("status") or {})
+    events = _fold_progress(key, status)
+    status.write(ORDER)
+    for reason, message in events:
+        with contextlib.suppress(LookupError):  # outside the operator (a test) there is no event poster
+            kopf.event(kopf.Body(cast(kopf.RawBody, body)), type="Normal", reason=reason, message=message)
+    return events
 
 
 def _fold_progress(key: tuple[str, str], status: PassStatus) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ through the one place that reads it fresh, and a trigger that arrives meanwhile 
 
 What the earlier design won is kept: no finalizer and no kopf bookkeeping (the watches' handlers are plain
 event handlers, kopf writes nothing for them), an unchanged world writes nothing (the pass's single write is a
-patch of what changed, `runtime/kube.write_status`), and the pool sizes measured at 1,000 objects
+patch of what changed, `runtime/kube.patch_status`), and the pool sizes measured at 1,000 objects
 (`runtime/kube.py`). Passes run in threads: they block on the API server, S3 and the Hub, not on the CPU.
 kopf's context (its event poster, which it sets up after the startup handlers ran) is captured from the first
 trigger, which comes from a watch's handler or the periodic loop, and is given to every pass.
@@ -132,7 +132,7 @@ class PassStatus:
         if not kube.status_patch(self.stored, self.status):
             return False
         cause = next((c for c in order if c in self.causes), self.causes[0] if self.causes else "reconcile")
-        kube.write_status(self.plural, self.namespace, self.name, self.stored, self.status, cause)
+        kube.patch_status(self.plural, self.namespace, self.name, self.stored, self.status, cause)
         self.stored = dict(self.status)
         return True
 

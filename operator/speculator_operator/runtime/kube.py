@@ -281,6 +281,25 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
+def patch_status(plural: str, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any], cause: str) -> None:
+    """The one status write of a pass: a merge patch of what changed from `old` (the status as the pass read it)
+    to `new`, with no resourceVersion precondition and no second read. The pass is the only writer of the
+    object's status (one pass per object at a time: runtime/controller.py), so nothing it did not change can
+    have moved meanwhile; a precondition would only turn the user's spec edits into 409s. `cause` labels the
+    operator's count of its status writes."""
+    delta = status_patch(old, new)
+    if not delta:
+        return
+    log.debug("%s/%s: status write (%s): %s", namespace, name, cause, ", ".join(sorted(delta)))
+    try:
+        patch_custom(plural, namespace, name, {"status": delta}, status=True)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return  # deleted meanwhile: nothing to write to
+    metrics.STATUS_WRITES.labels(KINDS[plural], cause).inc()
+
+
 def write_status(plural: str, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any], cause: str) -> None:
     """Patch what changed from `old` to `new`. Several writers share one status (the reconcile, the child
     events, the timers) and a timer's `old` may be stale: the top-level keys it did not change are not sent,
