@@ -17,6 +17,7 @@ from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.controllers import trainjob as trainjob_controller
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import progress as operator_progress
+from speculator_operator.planning.stagepods import observe_pods
 from speculator_operator.planning.trainjob import Observed, evaluation_of
 from speculator_operator.pods import evaluate, trainer
 from speculator_operator.pods.progress import Tracker
@@ -67,7 +68,7 @@ def test_the_operator_reads_a_report_from_the_pod_status_the_kubelet_writes(term
             "terminated": {"exitCode": 0, "message": termination_log.read_text(), "finishedAt": "t"}}}]},
     }  # fmt: skip
     obs = Observed(generation=1, status={}, jobs={"prepare": {}})
-    assert trainjob_controller.observe_pods(obs, [pod]) == {"prepare"}
+    assert observe_pods(obs, [pod]) == {"prepare"}
     assert obs.reports["prepare"].samples == 16
     assert obs.reports["prepare"].fingerprint == "f00d"
 
@@ -104,8 +105,16 @@ def test_each_failed_outcome_fails_the_job_at_once_and_names_the_condition(termi
     for failed in podcontract.FAILED_EVALUATIONS:
         assert int(failed.exit_code) in fail_fast
         trainer.report("evaluate", evaluation={"outcome": str(failed)}, message="m")
-        tail = f"Error (exit code {int(failed.exit_code)}): {termination_log.read_text()}"
-        obs = Observed(generation=1, status={}, failures={"evaluate": tail})
+        # the failed pod as the kubelet reports it: the exit code and the termination message, structured
+        term = {"exitCode": int(failed.exit_code), "reason": "Error", "message": termination_log.read_text(),
+                "finishedAt": "t"}  # fmt: skip
+        pod = {
+            "metadata": {"labels": {"speculators.dev/stage": "evaluate"}},
+            "status": {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": term}}]},
+        }
+        obs = Observed(generation=1, status={}, jobs={"evaluate": {}})
+        assert observe_pods(obs, [pod]) == {"evaluate"}
+        assert obs.failures["evaluate"].startswith(f"Error (exit code {int(failed.exit_code)})")  # what the run says
         assert evaluation_of(obs) == {"outcome": failed.value}
     assert int(ExitCode.PROBLEM) not in fail_fast  # a server that restarted mid-measure is measured again
 

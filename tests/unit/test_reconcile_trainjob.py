@@ -37,6 +37,7 @@ def job(state: str, failed: int = 0) -> dict[str, Any]:
 
 def observed(**kw: Any) -> Observed:
     kw["reports"] = {stage: StageReport.model_validate(r) for stage, r in kw.get("reports", {}).items()}
+    kw["failed_reports"] = {s: StageReport.model_validate(r) for s, r in kw.get("failed_reports", {}).items()}
     return Observed(generation=1, status=kw.pop("status", {}), verifier_layers=36, verifier_revision="sha1",
                     verifier_model_type="qwen3", **kw)  # fmt: skip
 
@@ -320,8 +321,10 @@ def test_a_passed_evaluation_goes_into_the_status_and_the_published_record() -> 
 def test_a_draft_below_the_bound_fails_with_its_numbers_and_nothing_is_published() -> None:
     jobs = {s: job("done") for s in EVAL_ORDER[:5]} | {"evaluate": job("failed")}
     below = {**MEASURED, "outcome": "AcceptanceBelowThreshold", "rate": 0.02, "meanAcceptedLength": 1.06}
-    tail = "Error (exit code 3): " + json.dumps({"speculatorsReport": 1, "stage": "evaluate", "evaluation": below})
-    p = run(observed(jobs=jobs, failures={"evaluate": tail}, servers={"evaluator": evaluator(True)}), EVALUATED)
+    report = {"speculatorsReport": 1, "stage": "evaluate", "evaluation": below}
+    tail = "Error (exit code 3): " + json.dumps(report)
+    p = run(observed(jobs=jobs, failures={"evaluate": tail}, failed_reports={"evaluate": report},
+                     servers={"evaluator": evaluator(True)}), EVALUATED)  # fmt: skip
     assert p.status["phase"] == "Failed"
     failed = {c["type"]: c for c in p.status["conditions"]}["Failed"]
     assert failed["reason"] == "AcceptanceBelowThreshold"
@@ -337,8 +340,9 @@ def test_a_draft_below_the_bound_fails_with_its_numbers_and_nothing_is_published
 def test_zero_drafts_is_named_as_such() -> None:
     jobs = {s: job("done") for s in EVAL_ORDER[:5]} | {"evaluate": job("failed")}
     zero = {"outcome": "ZeroDrafts", "prompts": 16, "tokens": 1024, "drafts": 0}
-    tail = "Error (exit code 4): " + json.dumps({"speculatorsReport": 1, "stage": "evaluate", "evaluation": zero})
-    p = run(observed(jobs=jobs, failures={"evaluate": tail}), EVALUATED)
+    report = {"speculatorsReport": 1, "stage": "evaluate", "evaluation": zero}
+    tail = "Error (exit code 4): " + json.dumps(report)
+    p = run(observed(jobs=jobs, failures={"evaluate": tail}, failed_reports={"evaluate": report}), EVALUATED)
     failed = {c["type"]: c for c in p.status["conditions"]}["Failed"]
     assert failed["reason"] == "ZeroDrafts"
     assert "served without speculation" in failed["message"]

@@ -214,9 +214,10 @@ def plan(
     serving = serving_status(spec, rendered.revision, obs.child, obs.pods)
     if obs.child is None:
         serving["reason"] = "RollingOut"  # its Deployment is applied right after this status is written
-    serving_reason, serving_message = serving["reason"], serving.get("problem") or f"revision {rendered.revision}"
-    for reason, message in rendered.notes:
-        serving_message += f"; {reason}: {message}"
+    notes = [{"reason": reason, "message": message} for reason, message in rendered.notes]
+    serving_reason, serving_message = serving["reason"], serving.get("problem") or _revision_words(
+        rendered.revision, notes
+    )
     ready = serving["ready"]
     status = merge_status(
         obs.status, gen,
@@ -230,6 +231,7 @@ def plan(
               f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {rendered.revision} ready"),
         phase="Ready" if ready else "Deploying",
         revision=rendered.revision,
+        renderNotes=notes or None,
         numSpeculativeTokens=num_speculative_tokens(spec, draft, tuned),
         replicas=serving["replicas"],
         readyReplicas=serving["readyReplicas"],
@@ -260,10 +262,7 @@ def refresh_serving(
     serving = serving_status(spec, status["revision"], child, pods)
     ready = serving["ready"]
     replicas = f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {status['revision']} ready"
-    said = next((c.get("message") for c in status.get("conditions") or [] if c.get("type") == "Serving"), None)
-    revision = f"revision {status['revision']}"
-    if not (isinstance(said, str) and said.startswith(revision) and "; " in said):
-        said = revision  # the render's notes ("revision X; Note: ...") stay as the reconcile wrote them
+    said = _revision_words(status["revision"], status.get("renderNotes") or [])
     new = merge_status(
         status, generation,
         make_condition(generation, "Serving", ready, serving["reason"], serving.get("problem") or said),
@@ -281,6 +280,11 @@ def refresh_serving(
     if _without(new, "updatedReplicas") == _without(status, "updatedReplicas"):
         return status
     return new
+
+
+def _revision_words(revision: str, notes: list[dict[str, Any]]) -> str:
+    """The Serving condition's message while nothing is wrong: the revision and the render's notes."""
+    return "; ".join([f"revision {revision}", *(f"{n.get('reason')}: {n.get('message')}" for n in notes)])
 
 
 def _without(status: dict[str, Any], key: str) -> dict[str, Any]:

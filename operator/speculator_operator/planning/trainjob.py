@@ -66,6 +66,7 @@ class Observed:
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage -> Job
     reports: dict[str, StageReport] = field(default_factory=dict)  # stage -> report of its succeeded pod
     failures: dict[str, str] = field(default_factory=dict)  # stage -> the last failed pod's message (log tail)
+    failed_reports: dict[str, StageReport] = field(default_factory=dict)  # stage -> the report that pod left
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)  # stage -> a stuck pod's (reason, message)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> Deployment
     images: dict[str, str] = field(default_factory=dict)  # stage -> the imageID its succeeded pod ran
@@ -311,12 +312,9 @@ def plan(
 
 
 def evaluation_of(obs: Observed) -> dict[str, Any] | None:
-    """What the evaluate stage measured: its succeeded pod's report, else the report its failed pod left as
-    the termination message (`Error (exit code 3): {...}`)."""
-    found = obs.reports.get("evaluate")
-    if found is None:
-        message = obs.failures.get("evaluate") or ""
-        found = StageReport.decode(message[message.find("{") :]) if "{" in message else None
+    """What the evaluate stage measured: its succeeded pod's report, else the report its last failed pod left
+    as its termination message (exit code 3: the draft fell below its bounds)."""
+    found = obs.reports.get("evaluate") or obs.failed_reports.get("evaluate")
     value = found.evaluation if found is not None else None
     return value if isinstance(value, dict) else None
 
