@@ -175,27 +175,29 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def metric_samples(port: int) -> list[Any]:
+    """Every sample the operator's /metrics serves now."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
 def status_writes_by_cause(port: int) -> dict[str, int]:
     """The operator's own count of its stored status writes, by what asked for them."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     return {
         s.labels["cause"]: int(s.value)
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
+        for s in metric_samples(port)
         if s.name == "speculator_status_writes_total" and s.labels.get("kind") == "SpeculatorDeployment"
     }
 
 
 def lane_waits(port: int) -> str:
     """How long the operator's work waited for a thread, by pool (its histogram): count, mean, over 1 s, over 5 s."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     lanes: dict[str, dict[str, float]] = collections.defaultdict(dict)
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if not s.name.startswith("speculator_lane_wait_seconds"):
-                continue
-            key = s.name.removeprefix("speculator_lane_wait_seconds_") + s.labels.get("le", "")
-            lanes[s.labels["lane"]][key] = s.value
+    for s in metric_samples(port):
+        if not s.name.startswith("speculator_lane_wait_seconds"):
+            continue
+        key = s.name.removeprefix("speculator_lane_wait_seconds_") + s.labels.get("le", "")
+        lanes[s.labels["lane"]][key] = s.value
     out = []
     for lane, v in sorted(lanes.items()):
         n = v.get("count", 0)

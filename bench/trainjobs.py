@@ -31,11 +31,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import itertools
 
+from bench.deployments import free_port, lane_waits, metric_samples
 from tests.ckptgen import SMALL_QWEN3 as SMALL
 
 from speculator_harness import LocalCluster
 
 NS = "bench-train"
+
+
+def passes(port: int) -> str:
+    """The train jobs' passes by outcome, and their mean duration (the operator's own counters)."""
+    samples = metric_samples(port)
+    count = {s.labels["outcome"]: s.value for s in samples
+             if s.name == "speculator_passes_total" and s.labels.get("kind") == "SpeculatorTrainJob"}  # fmt: skip
+    kind = [s for s in samples if s.labels.get("kind") == "SpeculatorTrainJob"]
+    n = sum(s.value for s in kind if s.name == "speculator_reconcile_duration_seconds_count")
+    total = sum(s.value for s in kind if s.name == "speculator_reconcile_duration_seconds_sum")
+    mean = total / n if n else 0.0
+    return f"{', '.join(f'{k} {v:.0f}' for k, v in sorted(count.items()))}; mean plan-and-apply {mean:.3f} s"
+
+
 ORDER = ["fetch", "prepare", "extract", "train", "audit", "publish"]
 
 
@@ -124,7 +139,8 @@ def main() -> None:
                         capacity={"storage": "1Ti"}, access_modes=["ReadWriteMany"],
                         host_path=client.V1HostPathVolumeSource(path=f"/tmp/bench-ws-{i}"),  # noqa: S108 - kwok: no pod
                         claim_ref=client.V1ObjectReference(namespace=NS, name=f"t{i}-workspace"))))  # fmt: skip
-            env = {**os.environ, "KUBECONFIG": str(info.kubeconfig)}
+            port = free_port()
+            env = {**os.environ, "KUBECONFIG": str(info.kubeconfig), "SPECULATOR_METRICS_PORT": str(port)}
             log = open(root / "operator.log", "wb")  # noqa: SIM115
             op = subprocess.Popen(["speculator-operator", "run", "--standalone", "--namespace", NS], env=env,
                                   stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
@@ -174,6 +190,9 @@ def main() -> None:
             print(f"  stage finished -> next stage's first object ({len(gaps)} transitions): median "
                   f"{statistics.median(gaps):.2f} s, p95 {pct(gaps, 0.95):.2f} s, max {max(gaps):.2f} s "
                   "(target <= 2 s)")  # fmt: skip
+            # where the wait goes: a key's wait for a worker of its queue, and the passes themselves
+            print(f"  waits for a worker: {lane_waits(port)}")
+            print(f"  passes: {passes(port)}")
         finally:
             if op is not None:
                 op.terminate()

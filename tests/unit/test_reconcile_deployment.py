@@ -285,3 +285,17 @@ def test_a_draft_change_waits_while_the_verifier_change_is_paused() -> None:
 
 def conds_messages(status: dict[str, Any]) -> dict[str, str]:
     return {c["type"]: c["message"] for c in status["conditions"]}
+
+
+def test_the_serving_message_is_built_from_the_render_notes_field_not_read_back() -> None:
+    """status.renderNotes holds what the render chose on its own; a child event's refresh says them from there,
+    whatever the stored message says (a message is never parsed)."""
+    said = {"type": "Serving", "status": "False", "reason": "RollingOut", "message": "revision r0; Stale: words",
+            "observedGeneration": 3, "lastTransitionTime": "2026-12-01T06:00:00Z"}  # fmt: skip
+    notes = [{"reason": "CutoffUnsupported", "message": "speculation stays on at every batch size"}]
+    status = {"phase": "Deploying", "revision": "r1", "renderNotes": notes, "conditions": [said]}
+    new = refresh_serving(SPEC, status, child("r1", 2), 3)
+    assert conds_messages(new)["Serving"] == "revision r1; CutoffUnsupported: speculation stays on at every batch size"
+    # a status written before the field existed: the revision alone, until the object's next reconcile
+    older = refresh_serving(SPEC, {k: v for k, v in status.items() if k != "renderNotes"}, child("r1", 2), 3)
+    assert conds_messages(older)["Serving"] == "revision r1"

@@ -351,6 +351,13 @@ class ServedImage(Model):
     )
 
 
+class RenderNote(Model):
+    """A choice the render made on its own (a default it filled, a flag the release needs), said in status."""
+
+    reason: str
+    message: str
+
+
 class SpeculatorDeploymentStatus(Model):
     phase: Literal["Pending", "Auditing", "Deploying", "Ready", "Degraded", "Failed"] | None = None
     observed_generation: int | None = None
@@ -375,6 +382,10 @@ class SpeculatorDeploymentStatus(Model):
         default=None,
         description="Hash of verifier, draft, release, the server image (its digest where pinned) and "
         "the rendered config.",
+    )
+    render_notes: list[RenderNote] | None = Field(
+        default=None,
+        description="What the render of the served revision chose on its own; the Serving condition says them too.",
     )
     served_image: ServedImage | None = Field(
         default=None, description="What the kubelet reports running for the served revision (recorded once rolled out)."
