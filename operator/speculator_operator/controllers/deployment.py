@@ -177,18 +177,20 @@ class _Pass:
         hand; a ChildRestored event says so when that changed something."""
         current = self.status.status
         parsed = parse_spec(SpeculatorDeploymentSpec, self.raw.get("spec") or {})
+        known: dict[tuple[str, str], dict[str, Any] | None] = {}
         if isinstance(parsed, Problem):
             p = failed(Observed(generation=self.generation, status=current), parsed.reason, parsed.message)
         else:
             obs = _observe_inputs(self.name, self.namespace, parsed[0], self.generation, current)
             p = plan(self.name, self.namespace, self.uid, parsed[0], parsed[1], obs)
+            known[("Deployment", self.name)] = obs.child  # read by this pass: not read again to apply
         p.status = adopt_retrain(current, p.status)
         self.status.set(p.status, cause)
         self.reconciled = p
         if p.children:
             try:
                 HOOKS.applying(self.namespace, self.name)
-                changed = apply_children(p.children, force=restoring is not None)
+                changed = apply_children(p.children, force=restoring is not None, known=known)
             except ApiException as exc:
                 if namespace_terminating(exc):
                     log.info("%s/%s: not applied, the namespace is being deleted", self.namespace, self.name)

@@ -115,6 +115,17 @@ def observe(
     return obs
 
 
+def listed(children: list[dict[str, Any]], obs: Observed) -> dict[tuple[str, str], dict[str, Any] | None]:
+    """The stage Jobs and servers this pass listed (by label), and the ones the plan adds that the listing
+    showed absent: apply_children need not read them again."""
+    if obs.problem is not None:
+        return {}
+    found = {("Job", j["metadata"]["name"]): j for j in obs.jobs.values()}
+    found |= {("Deployment", d["metadata"]["name"]): d for d in obs.servers.values()}
+    absent = {(c["kind"], c["metadata"]["name"]): None for c in children if c["kind"] in ("Job", "Deployment")}
+    return absent | found
+
+
 def delete_children(namespace: str, items: list[tuple[str, str, str]]) -> None:
     for api_version, kind, child in items:
         if kind not in ("Deployment", "Service"):
@@ -176,12 +187,13 @@ def _reconcile(body: dict[str, Any], status: PassStatus) -> tuple[Plan, Result]:
         status.set(p.status, "reconcile")
         return p, DONE
     spec, release = parsed
-    p = plan(name, namespace, uid, spec, release, observe(name, namespace, spec, generation, current))
+    obs = observe(name, namespace, spec, generation, current)
+    p = plan(name, namespace, uid, spec, release, obs)
     status.set(p.status, "reconcile")
     if p.apply:
         try:
             HOOKS.applying(namespace, name)
-            apply_children(p.apply)
+            apply_children(p.apply, known=listed(p.apply, obs))
         except ApiException as exc:
             if namespace_terminating(exc):
                 log.info("%s/%s: not applied, the namespace is being deleted", namespace, name)

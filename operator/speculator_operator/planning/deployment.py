@@ -215,8 +215,9 @@ def plan(
     if obs.child is None:
         serving["reason"] = "RollingOut"  # its Deployment is applied right after this status is written
     notes = [{"reason": reason, "message": message} for reason, message in rendered.notes]
-    serving_reason, serving_message = serving["reason"], serving.get("problem") or _revision_words(
-        rendered.revision, notes
+    serving_reason, serving_message = (
+        serving["reason"],
+        serving.get("problem") or _revision_words(rendered.revision, notes),
     )
     ready = serving["ready"]
     status = merge_status(

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import urllib3
@@ -240,10 +240,15 @@ def _applied_hash(obj: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def apply_children(children: list[dict[str, Any]], force: bool = False) -> int:
+def apply_children(
+    children: list[dict[str, Any]],
+    force: bool = False,
+    known: Mapping[tuple[str, str], dict[str, Any] | None] | None = None,
+) -> int:
     """Server-side apply each child whose rendered form changed (every child with `force`: one changed by
     hand keeps our annotation but not our values); returns how many the API server changed (an apply
-    that changes nothing leaves the resourceVersion as it was)."""
+    that changes nothing leaves the resourceVersion as it was). `known` holds children this pass has just
+    listed, by (kind, name) (None: listed as absent): those are not read again."""
     changed = 0
     # the Deployment last: once its pods are ready the object reports Ready, so the rest must exist by then
     for child in sorted(children, key=lambda c: c["kind"] == "Deployment"):
@@ -252,15 +257,16 @@ def apply_children(children: list[dict[str, Any]], force: bool = False) -> int:
         body["metadata"].setdefault("annotations", {})[APPLIED] = digest
         resource = resource_for(child["apiVersion"], child["kind"])
         meta = child["metadata"]
+        ref = (child["kind"], meta["name"])
+        if known is not None and ref in known:
+            existing = known[ref]
+        else:
+            existing = read_child(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
         version = None
-        try:
-            existing = resource.get(name=meta["name"], namespace=meta["namespace"])
-            version = existing.metadata.resourceVersion
-            if not force and (existing.metadata.annotations or {}).get(APPLIED) == digest:
+        if existing is not None:
+            version = existing["metadata"].get("resourceVersion")
+            if not force and (existing["metadata"].get("annotations") or {}).get(APPLIED) == digest:
                 continue
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
         applied = resource.server_side_apply(body=body, name=meta["name"], namespace=meta["namespace"],
                                              field_manager=FIELD_MANAGER, force_conflicts=True)  # fmt: skip
         changed += applied.metadata.resourceVersion != version
