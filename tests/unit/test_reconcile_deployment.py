@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import Problem
+from speculator_operator.planning.adoption import kept_revision
 from speculator_operator.planning.deployment import (
     Observed,
     adopt_retrain,
@@ -27,6 +30,7 @@ from speculator_operator.planning.deployment import (
     train_job_output,
     verifier_change,
 )
+from speculator_operator.render.serving import Inputs, draft_of, legacy_revision_hash, render
 
 from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
 
@@ -299,3 +303,33 @@ def test_the_serving_message_is_built_from_the_render_notes_field_not_read_back(
     # a status written before the field existed: the revision alone, until the object's next reconcile
     older = refresh_serving(SPEC, {k: v for k, v in status.items() if k != "renderNotes"}, child("r1", 2), 3)
     assert conds_messages(older)["Serving"] == "revision r1"
+
+
+def test_a_pair_an_earlier_operator_rolled_out_keeps_its_revision_name(good: Any) -> None:
+    """Operators up to fe501e0 hashed a revision without the server image: the pair they rolled out is taken
+    over under its old name (no rollout for a name), and anything that changes gets a new one."""
+    first = plan("q", "ns", "uid", SPEC, get_release(), Observed(generation=3, status={}, verifier_revision="v1",
+                                                                     audit=good))  # fmt: skip
+    new_name = first.status["revision"]
+    # what such an operator applied: the same render under the old name
+    inputs = Inputs("q", "ns", SPEC, get_release(), draft_of(good.checkpoint), "v1", "uid")
+    rendered = render(inputs)
+    assert rendered.revision == new_name
+    old_name = legacy_revision_hash(inputs, rendered.vllm_args)
+    assert old_name != new_name
+    old_child = next(c for c in render(replace(inputs, keep_revision=old_name)).children if c["kind"] == "Deployment")
+    old_child = {**old_child, "status": child(old_name, 2)["status"]}
+    taken = plan("q", "ns", "uid", SPEC, get_release(),
+                 Observed(3, {**first.status, "revision": old_name}, "v1", good, child=old_child))  # fmt: skip
+    assert taken.status["revision"] == old_name
+    (ours,) = [c for c in taken.children or [] if c["kind"] == "Deployment"]
+    assert ours["spec"]["template"] == old_child["spec"]["template"]  # nothing for the pods to roll for
+    assert taken.events == []
+    # another image in the child (a build pinned since): the new name, and the rollout it implies
+    other = json.loads(json.dumps(old_child))
+    other["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.example/server@sha256:" + "0" * 64
+    moved = plan("q", "ns", "uid", SPEC, get_release(),
+                 Observed(3, {**first.status, "revision": old_name}, "v1", good, child=other))  # fmt: skip
+    assert moved.status["revision"] == new_name
+    # a stored name that is not the old hash of these inputs (a spec edit since): the new name
+    assert kept_revision(inputs, rendered, "0123456789ab", old_child) is None

@@ -21,7 +21,8 @@ Condition reasons:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from pydantic import ValidationError
@@ -34,11 +35,30 @@ from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.checkpoint import AuditReport, Checkpoint, Manifest
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import Problem
+from speculator_operator.planning.adoption import kept_revision
 from speculator_operator.planning.pods import first_problem
 from speculator_operator.planning.tuning import applied
 from speculator_operator.render.serving import Inputs, RenderError, draft_of, num_speculative_tokens, render
 
 MAX_FINDINGS = 20
+
+
+class InputAction(StrEnum):
+    """What a newly resolved verifier or draft revision asks for (upgradePolicy)."""
+
+    NONE = "none"
+    REDEPLOY = "redeploy"
+    RETRAIN = "retrain"
+    PAUSE = "pause"
+
+
+class VerifierReason(StrEnum):
+    """The VerifierCurrent condition's reasons (decisions read them only as these)."""
+
+    RESOLVED = "RevisionResolved"
+    CHANGED = "VerifierChanged"
+    RETRAINING = "Retraining"
+    RETRAIN_UNAVAILABLE = "RetrainUnavailable"
 
 
 @dataclass
@@ -171,7 +191,7 @@ def plan(
         },
     }
     verifier_cond = make_condition(
-        gen, "VerifierCurrent", True, "RevisionResolved", f"verifier at {obs.verifier_revision}"
+        gen, "VerifierCurrent", True, VerifierReason.RESOLVED, f"verifier at {obs.verifier_revision}"
     )
     draft_cond = make_condition(gen, "DraftCurrent", True, "RevisionResolved", f"draft at {ck.revision}")
     if not report.ok:
@@ -209,6 +229,9 @@ def plan(
     )
     try:
         rendered = render(inputs)
+        kept = kept_revision(inputs, rendered, obs.status.get("revision"), obs.child)
+        if kept is not None:  # an earlier operator's name for this same pair: no rollout for a name
+            rendered = render(replace(inputs, keep_revision=kept))
     except RenderError as exc:
         return failed(obs, "InvalidSpec", str(exc))
     serving = serving_status(spec, rendered.revision, obs.child, obs.pods)
@@ -300,34 +323,34 @@ def needs_pods(status: dict[str, Any]) -> bool:
 
 def verifier_change(
     spec: SpeculatorDeploymentSpec, status: dict[str, Any], resolved: str | None, generation: int
-) -> tuple[str, dict[str, Any] | None]:
-    """What a newly resolved verifier revision means: ("none" | "pause" | "retrain" | "redeploy", status).
+) -> tuple[InputAction, dict[str, Any] | None]:
+    """What a newly resolved verifier revision means: (the action, the status to write if any).
 
     Redeploy re-audits the draft against the new verifier and rolls both out together (or keeps the
     last good pair serving if the audit fails); Pause and Retrain only report VerifierCurrent=False.
     """
     old = status.get("verifierRevision")
     if resolved is None or old is None or resolved == old:
-        return "none", None
+        return InputAction.NONE, None
     policy = spec.upgrade_policy.on_verifier_change
     if policy == "Redeploy":
-        return "redeploy", None
+        return InputAction.REDEPLOY, None
     if policy == "Pause":
         reason, message = (
-            "VerifierChanged",
+            VerifierReason.CHANGED,
             f"the verifier moved from {old} to {resolved}; upgradePolicy is Pause: nothing is rolled out",
         )
-        return "pause", merge_status(
+        return InputAction.PAUSE, merge_status(
             status, generation, make_condition(generation, "VerifierCurrent", False, reason, message)
         )
-    return "retrain", None
+    return InputAction.RETRAIN, None
 
 
 @dataclass
 class DraftChange:
     """What a newly resolved draft revision means under upgradePolicy.onDraftChange."""
 
-    action: str  # "none" | "redeploy" | "pause"
+    action: InputAction
     status: dict[str, Any] | None = None  # the status to write (pause)
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
@@ -342,13 +365,15 @@ def draft_change(
     Retrain means nothing here: a new draft needs no new training."""
     old = status.get("draftRevision")
     if resolved is None or old is None or resolved == old:
-        return DraftChange("none")
+        return DraftChange(InputAction.NONE)
     source = spec.speculator.source or status.get("draftSource")
     message = f"the draft at {source} moved from {old} to {resolved}"
     verifier = condition(status.get("conditions") or [], "VerifierCurrent") or {}
-    verifier_paused = verifier.get("reason") == "VerifierChanged"  # a roll-out would move the verifier too
+    verifier_paused = verifier.get("reason") == VerifierReason.CHANGED  # a roll-out would move the verifier too
     if spec.upgrade_policy.on_draft_change == "Redeploy" and not verifier_paused:
-        return DraftChange("redeploy", None, [("Normal", "DraftChanged", f"{message}; auditing it to roll it out")])
+        return DraftChange(
+            InputAction.REDEPLOY, None, [("Normal", "DraftChanged", f"{message}; auditing it to roll it out")]
+        )
     why = "the verifier change is paused too" if verifier_paused else "onDraftChange is Pause"
     message += (
         f"; {why}: nothing is rolled out, and replicas that restart cannot stage the audited bytes unless they "
@@ -358,7 +383,7 @@ def draft_change(
         status, generation, make_condition(generation, "DraftCurrent", False, "DraftChanged", message)
     )
     events = [] if paused == status else [("Warning", "DraftChanged", message)]
-    return DraftChange("pause", paused, events)
+    return DraftChange(InputAction.PAUSE, paused, events)
 
 
 def retrain_name(name: str, revision: str) -> str:
@@ -403,12 +428,14 @@ def retrain_status(status: dict[str, Any], generation: int, job: str | None, rev
     if job is None:
         message = f"the verifier moved from {old} to {revision}; no retraining: {error}; the current pair keeps serving"
         return merge_status(
-            status, generation, make_condition(generation, "VerifierCurrent", False, "RetrainUnavailable", message)
+            status,
+            generation,
+            make_condition(generation, "VerifierCurrent", False, VerifierReason.RETRAIN_UNAVAILABLE, message),
         )
     message = (f"the verifier moved from {old} to {revision}; SpeculatorTrainJob {job} trains a draft for it; "
                "the current pair keeps serving until the new draft passes its audit")  # fmt: skip
-    return merge_status(status, generation, make_condition(generation, "VerifierCurrent", False, "Retraining", message),
-                 retrain={"job": job, "verifierRevision": revision})  # fmt: skip
+    retraining = make_condition(generation, "VerifierCurrent", False, VerifierReason.RETRAINING, message)
+    return merge_status(status, generation, retraining, retrain={"job": job, "verifierRevision": revision})
 
 
 def train_job_output(stj: dict[str, Any] | None, job: str, verifier_model: str) -> tuple[str, str | None] | Problem:
@@ -437,14 +464,18 @@ def holds_for_retrain(status: dict[str, Any], generation: int) -> bool:
     return bool(status.get("retrain")) and status.get("observedGeneration") == generation
 
 
-def retrain_due(spec: SpeculatorDeploymentSpec, action: str, status: dict[str, Any], revision: str) -> bool:
+def retrain_due(spec: SpeculatorDeploymentSpec, action: InputAction, status: dict[str, Any], revision: str) -> bool:
     """Whether a new verifier revision starts a retraining: Retrain always (once per revision); Redeploy
     when the draft failed its audit against it (Degraded) and a train template is given."""
     if (status.get("retrain") or {}).get("verifierRevision") == revision:
         return False
-    if action == "retrain":
+    if action == InputAction.RETRAIN:
         return True
-    return action == "redeploy" and status.get("phase") == "Degraded" and bool(spec.upgrade_policy.train_template)
+    return (
+        action == InputAction.REDEPLOY
+        and status.get("phase") == "Degraded"
+        and bool(spec.upgrade_policy.train_template)
+    )
 
 
 def adopt_retrain(previous: dict[str, Any], planned: dict[str, Any]) -> dict[str, Any]:

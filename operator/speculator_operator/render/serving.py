@@ -90,6 +90,7 @@ class Inputs:
     verifier_content: str | None = None  # the identity of the verifier files vLLM reads
     verifier_manifest: Manifest | None = None  # an s3 verifier's audited files
     tuned: Tuned | None = None  # Auto's K and schedule, where the spec leaves K to the operator
+    keep_revision: str | None = None  # an earlier operator's name for this same pair (planning/adoption.py)
 
 
 @dataclass
@@ -244,6 +245,21 @@ def revision_hash(inputs: Inputs, args: list[str]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def legacy_revision_hash(inputs: Inputs, args: list[str]) -> str:
+    """The revision as operators named it before the server image entered the hash (up to fe501e0): the same
+    payload without "image". Only to recognise a pair such an operator rolled out (planning/adoption.py)."""
+    payload = {
+        "verifier": [inputs.spec.verifier.model, inputs.verifier_revision or inputs.spec.verifier.revision],
+        "draft": [
+            inputs.draft_source or inputs.spec.speculator.source or inputs.spec.speculator.from_train_job,
+            inputs.draft.revision,
+        ],
+        "release": inputs.release.name,
+        "args": args,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def _env_from(inputs: Inputs) -> list[dict[str, Any]]:
     secrets = {s.name for s in (inputs.spec.verifier.credentials, inputs.spec.speculator.credentials) if s}
     return [{"secretRef": {"name": name}} for name in sorted(secrets)]
@@ -280,7 +296,7 @@ def render(inputs: Inputs) -> Rendered:
     if name == "vllm":
         raise RenderError("a SpeculatorDeployment may not be named vllm (its Service would inject VLLM_PORT)")
     args, config, notes = vllm_args(inputs)
-    revision = revision_hash(inputs, args)
+    revision = inputs.keep_revision or revision_hash(inputs, args)
     tp = spec.serving.tensor_parallel_size
     resources = {k: dict(v) for k, v in (spec.serving.resources or {}).items()}
     resources.setdefault("limits", {}).setdefault(GPU, tp)
