@@ -29,6 +29,7 @@ from speculator_operator.domain.economics import pair_cost_ratio
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import Problem, parse_spec
 from speculator_operator.planning.deployment import (
+    InputAction,
     Observed,
     Plan,
     adopt_retrain,
@@ -216,12 +217,12 @@ class _Pass:
             log.warning("%s/%s: verifier revision not resolved: %s", self.namespace, self.name, exc)
             return
         action, new_status = verifier_change(parsed, current, resolved, self.generation)
-        if action == "redeploy":
+        if action == InputAction.REDEPLOY:
             p = self.reconcile("poll")
             if resolved and retrain_due(parsed, action, p.status, resolved):
                 self.start_retrain(parsed, resolved)
             return
-        if action == "retrain" and resolved:
+        if action == InputAction.RETRAIN and resolved:
             if retrain_due(parsed, action, current, resolved):
                 self.start_retrain(parsed, resolved)
             return
@@ -236,7 +237,7 @@ class _Pass:
             return
         change = draft_change(parsed, self.status.status, draft, self.generation)
         self.events.extend(change.events)
-        if change.action == "redeploy":
+        if change.action == InputAction.REDEPLOY:
             self.reconcile("poll")
         elif change.status is not None:
             self.status.set(change.status, "poll")

@@ -281,7 +281,7 @@ def plan(
         apply += server(inputs, current.server)
         late = _server_late(spec, obs, current) or _still_late(obs, current, exists)
         if late:
-            return failed(obs, "EvaluationServerNotReady", late, fields)
+            return failed(obs, EvaluationOutcome.SERVER_NOT_READY, late, fields)
         if not exists and not server_available(obs.servers.get(current.server)):
             ready_reason = "WaitingForServer"
             message = f"stage {current.name} waits for its vLLM server {server_name(name, current.server)}"
@@ -363,7 +363,7 @@ def _still_late(obs: Observed, stage: Stage, exists: bool) -> str | None:
     if stage.name != "evaluate" or exists or obs.status.get("phase") != "Failed":
         return None
     cond: dict[str, Any] = next((c for c in obs.status.get("conditions") or [] if c.get("type") == "Failed"), {})
-    if cond.get("reason") == "EvaluationServerNotReady" and cond.get("observedGeneration") == obs.generation:
+    if cond.get("reason") == EvaluationOutcome.SERVER_NOT_READY and cond.get("observedGeneration") == obs.generation:
         return str(cond.get("message") or "")
     return None
 
