@@ -229,34 +229,29 @@ def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any] | None, list[tu
     return [*args, *spec.serving.extra_args], config, notes
 
 
-def revision_hash(inputs: Inputs, args: list[str]) -> str:
-    """One hash over everything that must move together: verifier, draft, release, the server image (by digest
-    where it is pinned, so a new build of the same tag is a new revision), rendered command."""
-    payload = {
+def _revision_payload(inputs: Inputs, args: list[str]) -> dict[str, Any]:
+    return {
         "verifier": [inputs.spec.verifier.model, inputs.verifier_revision or inputs.spec.verifier.revision],
         "draft": [
             inputs.draft_source or inputs.spec.speculator.source or inputs.spec.speculator.from_train_job,
             inputs.draft.revision,
         ],
         "release": inputs.release.name,
-        "image": server_image(inputs),
         "args": args,
     }
+
+
+def revision_hash(inputs: Inputs, args: list[str]) -> str:
+    """One hash over everything that must move together: verifier, draft, release, the server image (by digest
+    where it is pinned, so a new build of the same tag is a new revision), rendered command."""
+    payload = {**_revision_payload(inputs, args), "image": server_image(inputs)}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def legacy_revision_hash(inputs: Inputs, args: list[str]) -> str:
     """The revision as operators named it before the server image entered the hash (up to fe501e0): the same
     payload without "image". Only to recognise a pair such an operator rolled out (planning/adoption.py)."""
-    payload = {
-        "verifier": [inputs.spec.verifier.model, inputs.verifier_revision or inputs.spec.verifier.revision],
-        "draft": [
-            inputs.draft_source or inputs.spec.speculator.source or inputs.spec.speculator.from_train_job,
-            inputs.draft.revision,
-        ],
-        "release": inputs.release.name,
-        "args": args,
-    }
+    payload = _revision_payload(inputs, args)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -314,18 +314,10 @@ def write_status(plural: str, namespace: str, name: str, old: dict[str, Any], ne
     stale writer thus cannot overturn a condition it did not change. `cause` (what asked for the write) labels
     the operator's count of its status writes."""
     delta = status_patch(old, new)
-    if not delta:
+    if "conditions" not in delta:
+        patch_status(plural, namespace, name, old, new, cause)  # keys it changed only: no stale key is sent
         return
     log.debug("%s/%s: status write (%s): %s", namespace, name, cause, ", ".join(sorted(delta)))
-    if "conditions" not in delta:
-        try:
-            patch_custom(plural, namespace, name, {"status": delta}, status=True)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            return  # deleted meanwhile: nothing to write to
-        metrics.STATUS_WRITES.labels(KINDS[plural], cause).inc()
-        return
     changes = condition_changes(old.get("conditions") or [], new.get("conditions") or [])
     for attempt in range(5):
         fresh = read_custom(plural, namespace, name)
