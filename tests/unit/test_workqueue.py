@@ -121,3 +121,62 @@ def test_after_shutdown_nothing_runs() -> None:
     queue.add("k", "late")
     assert ran == []
     assert queue.depth() == 0
+
+
+QUICK = frozenset({"child"})
+
+
+def ordered(
+    quick_workers: int, done: threading.Event | None = None
+) -> tuple[WorkQueue[str], list[str], threading.Event, threading.Event]:
+    """A queue whose first pass (key s1) holds its worker until released; the keys' order of passes (`done` is
+    set when key q has had its pass)."""
+    order: list[str] = []
+    started, release = threading.Event(), threading.Event()
+
+    def handler(key: str, causes: frozenset[str]) -> Result:
+        order.append(key)
+        if key == "s1":
+            started.set()
+            assert release.wait(LIMIT)
+        if key == "q" and done is not None:
+            done.set()
+        return DONE
+
+    queue: WorkQueue[str] = WorkQueue(
+        handler, workers=1, quick=lambda causes: causes <= QUICK, quick_workers=quick_workers
+    )
+    return queue, order, started, release
+
+
+def test_a_quick_key_is_taken_before_slow_ones_that_arrived_earlier() -> None:
+    queue, order, started, release = ordered(quick_workers=0)
+    try:
+        queue.add("s1", "spec")
+        assert started.wait(LIMIT)
+        queue.add("s2", "spec")
+        queue.add("k", "child")
+        queue.add("k", "spec")  # a slow cause too: k waits with the others now
+        queue.add("q", "child")
+        release.set()
+        assert queue.wait_idle(LIMIT)
+    finally:
+        queue.shutdown()
+    assert order == ["s1", "q", "s2", "k"]
+
+
+def test_quick_workers_serve_quick_keys_while_every_other_worker_is_held() -> None:
+    done = threading.Event()
+    queue, order, started, release = ordered(quick_workers=1, done=done)
+    try:
+        queue.add("s1", "spec")
+        assert started.wait(LIMIT)
+        queue.add("s2", "spec")
+        queue.add("q", "child")
+        assert done.wait(LIMIT)  # served while s1 holds the only other worker and s2 waits
+        assert order == ["s1", "q"]
+    finally:
+        release.set()
+        assert queue.wait_idle(LIMIT)
+        queue.shutdown()
+    assert order == ["s1", "q", "s2"]

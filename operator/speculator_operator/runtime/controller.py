@@ -36,8 +36,18 @@ log = logging.getLogger(__name__)
 class Controller:
     """The work queue of one kind. `run(key, causes)` is the pass; it returns a `Result`."""
 
-    def __init__(self, kind: str, workers: int, base_delay: float = 1.0, max_delay: float = 300.0) -> None:
-        self.kind, self.workers = kind, workers
+    def __init__(
+        self,
+        kind: str,
+        workers: int,
+        quick: frozenset[str] = frozenset(),
+        quick_workers: int = 0,
+        base_delay: float = 1.0,
+        max_delay: float = 300.0,
+    ) -> None:
+        """`quick`: the causes whose passes are cheap (no audit, no checkpoint read); a key with only those is
+        taken first, and `quick_workers` more workers take only such keys (runtime/workqueue.py)."""
+        self.kind, self.workers, self.quick, self.quick_workers = kind, workers, quick, quick_workers
         self._run: Pass | None = None
         self._base, self._max = base_delay, max_delay
         self.queue: WorkQueue[Key] | None = None
@@ -62,6 +72,8 @@ class Controller:
             max_delay=self._max,
             name=f"pass-{self.kind}",
             waited=wait.observe,
+            quick=(lambda causes: bool(causes) and causes <= self.quick) if self.quick else None,
+            quick_workers=self.quick_workers,
         )
 
     def stop(self) -> None:

@@ -51,6 +51,9 @@ def load_config() -> None:
 # more than on the CPU. At 1,000 resources 16 threads and 32 gave the same figures; a burst of train jobs
 # reaches its first Job sooner with 32 (their reconciles wait on S3).
 HANDLER_WORKERS = int(os.environ.get("SPECULATOR_WORKERS", "32"))
+# Workers per queue that take only quick passes (a child ready, a stage Job done): a burst of audits never
+# holds them (the child-event pool's size before the queue, 8).
+QUICK_WORKERS = int(os.environ.get("SPECULATOR_QUICK_WORKERS", "8"))
 # periodic work (resyncs, input polls, retries: runtime/scheduler.py) has a pool of its own too
 PERIODIC_WORKERS = int(os.environ.get("SPECULATOR_PERIODIC_WORKERS", "4"))
 
@@ -85,7 +88,7 @@ def api() -> client.ApiClient:
     with a connection for each thread that may call at once (urllib3's default of 10 would close and
     reopen TLS connections all through a burst)."""
     configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = 2 * HANDLER_WORKERS + PERIODIC_WORKERS + 8  # two kinds' queues
+    configuration.connection_pool_maxsize = 2 * (HANDLER_WORKERS + QUICK_WORKERS) + PERIODIC_WORKERS + 8  # two queues
     return client.ApiClient(configuration)
 
 

@@ -9,7 +9,10 @@ tuning decision, a publish, a drift) only *adds the object's key with its cause*
   `max_delay`, and is reset by the key's next pass that succeeds (controller-runtime's per-item exponential
   rate limiter, `workqueue.DefaultTypedItemBasedRateLimiter`);
 - a pass that asks to run again after a delay (`Result.after`: a poll that is due later) is added back then,
-  without back-off.
+  without back-off;
+- a key whose gathered causes are all quick ones (`quick(causes)`: a child's readiness, say) is taken before
+  the others, and `quick_workers` workers take only such keys: a burst of slow passes (audits of a thousand new
+  objects) never makes a child's event wait behind it. A quick key that is given a slow cause joins the others.
 
 Why it is built so (docs/design/runtime.md): the controllers' passes read, plan, apply children and write
 status; two passes of one object at once, from copies of different ages, could apply an older revision over a
@@ -23,6 +26,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -62,13 +66,17 @@ class WorkQueue(Generic[K]):
         clock: Callable[[], float] = time.monotonic,
         name: str = "workqueue",
         waited: Callable[[float], None] | None = None,
+        quick: Callable[[frozenset[str]], bool] | None = None,
+        quick_workers: int = 0,
     ) -> None:
         """`waited(seconds)` is told, as each pass starts, how long its key waited in the queue for a worker."""
         self._handler, self._base, self._max, self._clock = handler, base_delay, max_delay, clock
+        self._quick = quick
+        self._urgent: deque[K] = deque()  # ready keys whose causes are all quick, in order of arrival
         self._waited = waited
         self._since: dict[K, float] = {}  # queued keys -> when they became ready
         self._lock = threading.Condition()
-        self._queue: list[K] = []  # keys ready for a pass, in order of arrival
+        self._queue: deque[K] = deque()  # the other ready keys, in order of arrival
         self._causes: dict[K, set[str]] = {}  # queued or dirty keys -> the causes gathered for their next pass
         self._processing: set[K] = set()
         self._failures: dict[K, int] = {}  # consecutive failed passes per key: the back-off's exponent
@@ -77,6 +85,10 @@ class WorkQueue(Generic[K]):
         self._stopped = False
         self.passes = 0  # passes run, for a passes_total metric
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
+        self._threads += [
+            threading.Thread(target=self._work, args=(True,), name=f"{name}-quick-{i}", daemon=True)
+            for i in range(quick_workers if quick is not None else 0)
+        ]
         self._threads.append(threading.Thread(target=self._tick, name=f"{name}-timers", daemon=True))
         for thread in self._threads:
             thread.start()
@@ -92,13 +104,19 @@ class WorkQueue(Generic[K]):
             pending = self._causes.get(key)
             if pending is not None:
                 pending.add(cause)  # queued, or dirty behind its running pass: it will be seen
+                if key in self._urgent and not self._is_quick(pending):
+                    self._urgent.remove(key)  # a slow cause now: it waits with the others
+                    self._queue.append(key)
                 return
             self._causes[key] = {cause}
             if key not in self._processing:
                 self._ready(key)
 
+    def _is_quick(self, causes: set[str] | frozenset[str]) -> bool:
+        return self._quick is not None and self._quick(frozenset(causes))
+
     def _ready(self, key: K) -> None:
-        self._queue.append(key)
+        (self._urgent if self._is_quick(self._causes.get(key, set())) else self._queue).append(key)
         self._since[key] = self._clock()
         self._lock.notify_all()
 
@@ -125,7 +143,7 @@ class WorkQueue(Generic[K]):
         """Wait until no key is queued or in a pass and no retry or requeue is pending (False: timed out)."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._queue or self._processing or self._timers:
+            while self._queue or self._urgent or self._processing or self._timers:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -144,7 +162,7 @@ class WorkQueue(Generic[K]):
 
     def depth(self) -> int:
         with self._lock:
-            return len(self._queue)
+            return len(self._queue) + len(self._urgent)
 
     def shutdown(self, timeout: float = 10.0) -> None:
         with self._lock:
@@ -155,13 +173,13 @@ class WorkQueue(Generic[K]):
 
     # ---- workers -----------------------------------------------------------------------------------------
 
-    def _take(self) -> tuple[K, frozenset[str]] | None:
+    def _take(self, quick_only: bool = False) -> tuple[K, frozenset[str]] | None:
         with self._lock:
-            while not self._queue and not self._stopped:
+            while not self._urgent and (quick_only or not self._queue) and not self._stopped:
                 self._lock.wait()
             if self._stopped:
                 return None
-            key = self._queue.pop(0)
+            key = self._urgent.popleft() if self._urgent else self._queue.popleft()
             self._processing.add(key)
             since = self._since.pop(key, None)
             causes = frozenset(self._causes.pop(key, set()))
@@ -169,8 +187,8 @@ class WorkQueue(Generic[K]):
             self._waited(self._clock() - since)
         return key, causes
 
-    def _work(self) -> None:
-        while (taken := self._take()) is not None:
+    def _work(self, quick_only: bool = False) -> None:
+        while (taken := self._take(quick_only)) is not None:
             key, causes = taken
             try:
                 result = self._handler(key, causes)
