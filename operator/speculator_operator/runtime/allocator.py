@@ -1,6 +1,6 @@
 """The C allocator set for a long-running process with many threads. glibc gives each thread that allocates
 an arena of its own, up to eight per core; memory freed in one stays with it. The operator's handler threads
-(kopf's pool, the child lane, the periodic lane) each touch one, and what a burst freed there stayed resident.
+(the work queues' workers, the periodic lane) each touch one, and what a burst freed there stayed resident.
 Two arenas, set before the first thread starts, are what the usual MALLOC_ARENA_MAX=2 gives a Python server;
 a MALLOC_ARENA_MAX in the environment wins, since glibc read it at start."""
 
