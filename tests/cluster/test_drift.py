@@ -6,11 +6,14 @@ the operator does not set) is left to them, as server-side apply has it."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from kopf.testing import KopfRunner
+
+from speculator_operator.runtime.controller import HOOKS
 
 from .conftest import Cluster, eventually, get, sdep
 from .test_deployment_restart import operator_writes
@@ -84,6 +87,33 @@ def test_children_changed_or_deleted_by_hand_are_restored_once_each(
         children = [w for w in writes if w.split()[1].split("/")[0] in kinds]
         # six restorations, each applying the three children at most once: no write storm
         assert len(children) <= 18, children
+
+    # an edit landing while a restoration is under way (the test hook runs it just before the pass applies): the
+    # apply, made against the object the pass read, is refused, reads the child again and takes that edit back
+    # too; one event names whom it was taken from, and the edit's own event finds nothing left to restore
+    landed = threading.Event()
+
+    def scale_now(ns: str, name: str) -> None:
+        if (ns, name) == (namespace, "drift") and not landed.is_set():
+            landed.set()
+            cluster.kubectl("scale", "-n", namespace, "deployment/drift", "--replicas=4")
+
+    more = {
+        "spec": {
+            "template": {"spec": {"containers": [{"name": original["name"], "env": [{"name": "MORE", "value": "1"}]}]}}
+        }
+    }
+    HOOKS.on_apply = scale_now
+    try:
+        cluster.kubectl("patch", "-n", namespace, "deployment/drift", "-p", json.dumps(more))
+        events = eventually(lambda: _count(restored_events(cluster, namespace), 7), timeout=60)
+    finally:
+        HOOKS.on_apply = None
+    assert landed.is_set()
+    eventually(lambda: _equal(get(cluster, namespace, "deployment/drift")["spec"]["replicas"], 2), timeout=60)
+    assert {"name": "MORE", "value": "1"} in container(cluster, namespace, "drift")["env"]
+    assert sorted(e.split(" was ")[0] for e in events).count("Deployment drift") == 5, events
+    assert sum("changed by kubectl" in e for e in events) == 4, events
 
 
 def _equal(a: object, b: object) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speculator_operator.planning.drift import edited_by, fingerprint
+from speculator_operator.planning.drift import edited_by, fingerprint, taken_from
 
 OURS = "speculator-operator"
 
@@ -47,3 +47,18 @@ def test_the_fingerprint_names_what_others_own_of_the_spec() -> None:
     assert fingerprint(child(APPLIED, edit), OURS) == fingerprint(child(APPLIED, label, edit), OURS)
     other = entry("kubectl-edit", {"f:spec": {"f:replicas": {}}})
     assert fingerprint(child(APPLIED, edit), OURS) != fingerprint(child(APPLIED, other), OURS)
+
+
+def test_an_apply_took_back_what_others_lost_and_not_what_they_keep() -> None:
+    scale = entry("kubectl-scale", {"f:spec": {"f:replicas": {}}}, sub="scale")
+    env = entry("kubectl-patch", {"f:spec": {"f:template": {"f:spec": {"f:containers": {}}}}})
+    status = entry("kube-controller-manager", {"f:status": {}}, sub="status")
+    # the force apply took spec.replicas back from the scale: it is named, the env var's owner is not
+    assert taken_from(child(APPLIED, env, scale), child(APPLIED, env), OURS) == ["kubectl-scale"]
+    # an extra env var survives the apply, and a status write meanwhile is no restoration
+    assert taken_from(child(APPLIED, env), child(APPLIED, env, status), OURS) == []
+    # a field taken from an entry that keeps others still names it
+    both = entry("kubectl-edit", {"f:spec": {"f:replicas": {}, "f:paused": {}}})
+    left = entry("kubectl-edit", {"f:spec": {"f:paused": {}}})
+    assert taken_from(child(APPLIED, both), child(APPLIED, left), OURS) == ["kubectl-edit"]
+    assert taken_from(None, child(APPLIED), OURS) == []

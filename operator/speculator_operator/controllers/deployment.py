@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
-from speculator_operator.controllers import telemetry
+from speculator_operator.controllers import drift, telemetry
 from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.domain.checkpoint import (
     CheckpointError,
@@ -46,14 +46,12 @@ from speculator_operator.planning.deployment import (
     train_job_output,
     verifier_change,
 )
-from speculator_operator.planning.drift import edited_by, fingerprint
 from speculator_operator.planning.pods import pod_problem
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.runtime.controller import HOOKS, PassStatus
 from speculator_operator.runtime.kube import (
-    FIELD_MANAGER,
     RESYNC_SECONDS,
     RETRY_SECONDS,
     CredentialsError,
@@ -62,7 +60,6 @@ from speculator_operator.runtime.kube import (
     current_child,
     list_pods,
     namespace_terminating,
-    read_child,
     secret_data,
 )
 from speculator_operator.runtime.workqueue import DONE, Result
@@ -172,13 +169,13 @@ class _Pass:
         self.reconciled: Plan | None = None
         self.retry = False
 
-    def reconcile(self, cause: str, restoring: str | None = None) -> Plan:
+    def reconcile(self, cause: str, restoring: drift.Restoring | None = None) -> Plan:
         """Observe, plan, apply the children: the whole reconcile, the status it plans kept for the pass's
-        write. `restoring` (why) re-applies children whose rendered form did not change: one was changed by
-        hand; a ChildRestored event says so when that changed something."""
+        write. `restoring` re-applies children whose rendered form did not change: one was changed or deleted
+        by hand; a ChildRestored event says what the apply took back."""
         current = self.status.status
         parsed = parse_spec(SpeculatorDeploymentSpec, self.raw.get("spec") or {})
-        known: dict[tuple[str, str], dict[str, Any] | None] = {}
+        known: dict[drift.Ref, dict[str, Any] | None] = dict(restoring.read) if restoring else {}
         if isinstance(parsed, Problem):
             p = failed(Observed(generation=self.generation, status=current), parsed.reason, parsed.message)
         else:
@@ -191,7 +188,7 @@ class _Pass:
         if p.children:
             try:
                 HOOKS.applying(self.namespace, self.name)
-                changed = apply_children(p.children, force=restoring is not None, known=known)
+                applied = apply_children(p.children, force=restoring is not None, known=known)
             except ApiException as exc:
                 if namespace_terminating(exc):
                     log.info("%s/%s: not applied, the namespace is being deleted", self.namespace, self.name)
@@ -201,9 +198,10 @@ class _Pass:
                 self.events.append(("Warning", "ApplyFailed", message))
                 self.retry = True
                 return p
-            if restoring and changed:
-                log.info("%s/%s: %s; restored", self.namespace, self.name, restoring)
-                self.events.append(("Normal", "ChildRestored", f"{restoring}; restored"))
+            said = drift.restored(applied) if restoring else None
+            if said:
+                log.info("%s/%s: %s; restored", self.namespace, self.name, said)
+                self.events.append(("Normal", "ChildRestored", f"{said}; restored"))
         self.events.extend(p.events)
         return p
 
@@ -282,7 +280,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     children changed by hand, or else the input poll; then, if nothing reconciled, the serving counts."""
     namespace, name = key
     raw = kube.read_custom(PLURAL, namespace, name)
-    drifts = _drifts.pop(key, [])
+    drifts = drift.take(key)
     if raw is None or raw["metadata"].get("deletionTimestamp"):
         telemetry.held(key)
         return DONE
@@ -299,20 +297,18 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
             if new is not None:
                 one.status.set(new, "tuning" if tuned else "scrape")
         pinned = holds_for_retrain(one.status.status, one.generation)
-        restoring = None if pinned else _restoring(drifts)
+        restoring = None if pinned else drift.restoring(drifts)
         if (moved or causes & FULL or tuned) and not pinned:
             cause = "tuning" if tuned else "trainjob" if causes == {"trainjob"} else "reconcile"
-            one.reconcile(cause, restoring=restoring[0] if restoring else None)
+            one.reconcile(cause, restoring=restoring)
         elif restoring:
-            one.reconcile("restore", restoring=restoring[0])
+            one.reconcile("restore", restoring=restoring)
         elif "poll" in causes and parsed is not None:
             one.poll(parsed)
         if one.reconciled is None and causes & SERVING and parsed is not None:
             one.refresh(parsed, "resync" if causes & SERVING == {"resync"} else "child")
     one.status.write(ORDER)
     one.post()
-    if restoring:
-        _remember_theirs(namespace, restoring[1])
     if one.retry or (one.reconciled is not None and one.status.status.get("phase") == "Pending"):
         # an input could not be read, or the apply failed: again later (the status says which and why)
         return Result(after=RETRY_SECONDS, cause="retry")
@@ -374,13 +370,13 @@ async def poll_inputs(body: kopf.Body) -> None:
 @periodic.on_gone(PLURAL)
 def _forget(namespace: str, name: str, uid: str) -> None:
     _polled.pop(uid, None)
-    _drifts.pop((namespace, name), None)
+    drift.forget((namespace, name))
 
 
 @kopf.on.startup()
 def _fresh(**_: Any) -> None:
     _polled.clear()
-    _drifts.clear()
+    drift.clear()
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -412,61 +408,6 @@ _children = {MANAGED_BY_LABEL: MANAGED_BY, DEPLOYMENT_LABEL: kopf.PRESENT}
 _serving_pods = _children
 
 
-# children whose other managers own only what the operator does not set: {uid: drift.fingerprint}
-_theirs: dict[str, str] = {}
-metrics.tracked("deployment.drift", lambda: len(_theirs))
-# children that may have been changed by hand, per owner, held for its next pass
-Drift = tuple[str, str, str, str, str]  # (apiVersion, kind, namespace, name, event type)
-_drifts: dict[tuple[str, str], list[Drift]] = {}
-metrics.tracked("deployment.drifts", lambda: len(_drifts))
-
-
-def _drift(drift: Drift) -> tuple[dict[str, Any] | None, str] | None:
-    """The child as it is now and why its owner should restore it (deleted, or its spec changed by someone
-    else), or None. The event may be stale (one queued before the last restoration landed): the child as
-    the API server has it now decides."""
-    api_version, kind, namespace, name, _ = drift
-    now = read_child(api_version, kind, namespace, name)
-    if now is None:
-        return None, f"{kind} {name} was deleted"
-    who = edited_by(now, FIELD_MANAGER)
-    if who is None or _theirs.get(now["metadata"]["uid"]) == fingerprint(now, FIELD_MANAGER):
-        return None
-    return now, f"{kind} {name} was changed by {who}"
-
-
-def _restoring(drifts: list[Drift]) -> tuple[str, list[dict[str, Any]]] | None:
-    """Why the pass re-applies its children with force (each drifted child's words), and the children as they
-    are now, or None when none drifted."""
-    found = [d for d in map(_drift, drifts) if d is not None]
-    if not found:
-        return None
-    return "; ".join(dict.fromkeys(what for _, what in found)), [child for child, _ in found if child is not None]
-
-
-def _remember_theirs(namespace: str, children: list[dict[str, Any]]) -> None:
-    """After a restoration: what other managers still own of a child is theirs (an extra env var, say)."""
-    for child in children:
-        now = read_child(child["apiVersion"], child["kind"], namespace, child["metadata"]["name"])
-        if now is not None and edited_by(now, FIELD_MANAGER):
-            _theirs[now["metadata"]["uid"]] = fingerprint(now, FIELD_MANAGER)
-
-
-def _hold_drift(body: kopf.Body, namespace: str, owner: str, type: str) -> bool:
-    """A child deleted, or one whose spec another manager owns part of: held for its owner's next pass (which
-    reads it again). False when the event says neither."""
-    meta = body.get("metadata", {})
-    if type == "DELETED":
-        _theirs.pop(meta.get("uid") or "", None)
-    elif not edited_by(body, FIELD_MANAGER):
-        return False
-    ref = (str(body.get("apiVersion") or ""), str(body.get("kind") or "child"), namespace, str(meta.get("name")))
-    held = _drifts.setdefault((namespace, owner), [])
-    if (*ref, type) not in held:
-        held.append((*ref, type))
-    return True
-
-
 @kopf.on.event("apps", "v1", "deployments", labels=_children)  # type: ignore[arg-type]
 async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
     """A child Deployment moved: its owner is enqueued (replica counts, readiness); deleted or changed by
@@ -474,7 +415,7 @@ async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **
     owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
     if not owner or not type or namespace is None:
         return
-    drifted = _hold_drift(body, namespace, owner, type)
+    drifted = drift.hold(body, namespace, owner, type)
     CONTROLLER.enqueue(namespace, owner, "drift" if drifted else "child")
 
 
@@ -483,7 +424,7 @@ async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **
 async def other_child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
     """A child Service or PodDisruptionBudget deleted or changed by hand: its owner restores it."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
-    if owner and namespace is not None and type and _hold_drift(body, namespace, owner, type):
+    if owner and namespace is not None and type and drift.hold(body, namespace, owner, type):
         CONTROLLER.enqueue(namespace, owner, "drift")
 
 

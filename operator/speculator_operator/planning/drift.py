@@ -32,10 +32,22 @@ def edited_by(child: Mapping[str, Any], manager: str) -> str | None:
     return str(found[0].get("manager") or "someone") if found else None
 
 
+def _owned(entry: Mapping[str, Any]) -> str:
+    return json.dumps([entry.get("manager"), entry.get("subresource"), entry.get("fieldsV1")], sort_keys=True)
+
+
 def fingerprint(child: Mapping[str, Any], manager: str) -> str:
     """What the other managers own of the child's spec, as a digest."""
-    owned = sorted(
-        json.dumps([e.get("manager"), e.get("subresource"), e.get("fieldsV1")], sort_keys=True)
-        for e in _foreign(child, manager)
-    )
+    owned = sorted(_owned(e) for e in _foreign(child, manager))
     return hashlib.sha256("\n".join(owned).encode()).hexdigest()[:16]
+
+
+def taken_from(before: Mapping[str, Any] | None, after: Mapping[str, Any], manager: str) -> list[str]:
+    """The other managers that own less (or other) of the child's spec after an apply by `manager` than before
+    it: what the apply took back, by whom it had been changed. `before` must be exactly what the apply replaced
+    (an apply carrying its resourceVersion): a status write in between is no restoration, and an edit landing
+    after the apply is not hidden by it."""
+    if before is None:
+        return []
+    kept = {_owned(e) for e in _foreign(after, manager)}
+    return sorted({str(e.get("manager") or "someone") for e in _foreign(before, manager) if _owned(e) not in kept})

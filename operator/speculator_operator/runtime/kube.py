@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import urllib3
 from kubernetes import client
@@ -243,37 +243,67 @@ def _applied_hash(obj: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
+class Applied(NamedTuple):
+    """One child as the apply found it (None: absent) and as the API server returned it."""
+
+    before: dict[str, Any] | None
+    after: dict[str, Any]
+
+
+# how often a restoring apply re-reads a child that moved between its read and its apply (a status write)
+_EXACT_TRIES = 5
+
+
 def apply_children(
     children: list[dict[str, Any]],
     force: bool = False,
     known: Mapping[tuple[str, str], dict[str, Any] | None] | None = None,
-) -> int:
-    """Server-side apply each child whose rendered form changed (every child with `force`: one changed by
-    hand keeps our annotation but not our values); returns how many the API server changed (an apply
-    that changes nothing leaves the resourceVersion as it was). `known` holds children this pass has just
-    listed, by (kind, name) (None: listed as absent): those are not read again."""
-    changed = 0
+) -> dict[tuple[str, str], Applied]:
+    """Server-side apply each child whose rendered form changed; returns, by (kind, name), each applied child
+    before and after. `known` holds children this pass has just listed, by (kind, name) (None: listed as
+    absent): those are not read again.
+
+    With `force` (a restoration: one was changed by hand and keeps our annotation but not our values) every
+    child is applied, each against the object it was compared with: the apply carries that resourceVersion,
+    and a child that moved in between (its status written, an edit landing) is read again and applied again.
+    So `before` is exactly what the apply replaced: what it took back from other managers is the difference,
+    never an edit that landed after it, nor a status write (either would move the resourceVersion)."""
+    applied: dict[tuple[str, str], Applied] = {}
     # the Deployment last: once its pods are ready the object reports Ready, so the rest must exist by then
     for child in sorted(children, key=lambda c: c["kind"] == "Deployment"):
         digest = _applied_hash(child)
-        body = json.loads(json.dumps(child))
-        body["metadata"].setdefault("annotations", {})[APPLIED] = digest
-        resource = resource_for(child["apiVersion"], child["kind"])
         meta = child["metadata"]
         ref = (child["kind"], meta["name"])
         if known is not None and ref in known:
             existing = known[ref]
         else:
             existing = read_child(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
-        version = None
-        if existing is not None:
-            version = existing["metadata"].get("resourceVersion")
-            if not force and (existing["metadata"].get("annotations") or {}).get(APPLIED) == digest:
+        unchanged = existing is not None and (existing["metadata"].get("annotations") or {}).get(APPLIED) == digest
+        if unchanged and not force:
+            continue
+        for attempt in range(_EXACT_TRIES):
+            body = json.loads(json.dumps(child))
+            body["metadata"].setdefault("annotations", {})[APPLIED] = digest
+            if force and existing is not None:
+                body["metadata"]["resourceVersion"] = existing["metadata"].get("resourceVersion")
+            try:
+                after = _server_side_apply(child["apiVersion"], child["kind"], body)
+            except ApiException as exc:
+                if not (force and exc.status == 409 and attempt + 1 < _EXACT_TRIES):
+                    raise
+                existing = read_child(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
                 continue
-        applied = resource.server_side_apply(body=body, name=meta["name"], namespace=meta["namespace"],
-                                             field_manager=FIELD_MANAGER, force_conflicts=True)  # fmt: skip
-        changed += applied.metadata.resourceVersion != version
-    return changed
+            applied[ref] = Applied(existing, after)
+            break
+    return applied
+
+
+def _server_side_apply(api_version: str, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    meta = body["metadata"]
+    resource = resource_for(api_version, kind)
+    out = resource.server_side_apply(body=body, name=meta["name"], namespace=meta["namespace"],
+                                     field_manager=FIELD_MANAGER, force_conflicts=True)  # fmt: skip
+    return cast(dict[str, Any], out.to_dict())
 
 
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
