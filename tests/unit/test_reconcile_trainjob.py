@@ -362,6 +362,9 @@ def test_an_evaluation_server_that_never_becomes_ready_fails_after_the_timeout()
     assert p.status["phase"] == "Failed"
     assert failed["reason"] == "EvaluationServerNotReady"
     assert "q-evaluator was not ready 601 s after it was created (evaluation.timeoutSeconds 600)" in failed["message"]
+    # the failure as a field of its own, which a later pass decides on (never the condition's message)
+    evaluation = {"outcome": "EvaluationServerNotReady", "serverWaitSeconds": 601, "timeoutSeconds": 600}
+    assert p.status["evaluation"] == evaluation
     assert ("apps/v1", "Deployment", "q-evaluator") in p.delete
     assert not [c for c in p.apply if c["kind"] == "Job"]
 
@@ -375,9 +378,22 @@ def test_a_run_failed_for_its_evaluation_server_stays_failed_until_its_spec_chan
     assert failed.status["phase"] == "Failed"
     # its server deleted, the next pass does not start it again: nothing applied, no second warning
     again = run(observed(status=failed.status, jobs=done, at=late), EVALUATED)
-    assert again.status["phase"] == "Failed"
+    assert again.status == failed.status  # nothing to write
     assert again.apply == []
     assert again.events == []
+    # what holds it is the stored evaluation, not the words: a reworded message changes nothing
+    conditions = [{**c, "message": "reworded"} for c in failed.status["conditions"]]
+    reworded = run(observed(status={**failed.status, "conditions": conditions}, jobs=done, at=late), EVALUATED)
+    assert reworded.status["phase"] == "Failed"
+    assert reworded.apply == []
+    said = {c["type"]: c for c in reworded.status["conditions"]}["Failed"]["message"]
+    assert "not ready 601 s after it was created" in said  # said again from the fields
+    # as fe501e0 stored it (no evaluation field, the reason on the Failed condition): still failed, not rerun
+    older = {k: v for k, v in failed.status.items() if k != "evaluation"}
+    taken = run(observed(status=older, jobs=done, at=late), EVALUATED)
+    assert taken.status["phase"] == "Failed"
+    assert taken.apply == []
+    assert taken.status["evaluation"] == {"outcome": "EvaluationServerNotReady"}
     # a changed spec (a new generation) runs the stage again
     changed = Observed(
         generation=2,

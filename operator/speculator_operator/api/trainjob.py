@@ -494,7 +494,9 @@ class Progress(Model):
 class EvaluationResult(Model):
     """What the evaluate stage measured (vLLM's spec-decode counters over the evaluated requests)."""
 
-    outcome: str | None = Field(default=None, description="Passed, AcceptanceBelowThreshold or ZeroDrafts.")
+    outcome: str | None = Field(
+        default=None, description="Passed, AcceptanceBelowThreshold, ZeroDrafts or EvaluationServerNotReady."
+    )
     prompts: int | None = None
     tokens: int | None = Field(default=None, description="Tokens generated over the evaluated requests.")
     k: int | None = None
@@ -508,6 +510,10 @@ class EvaluationResult(Model):
     min_acceptance: float | None = None
     min_speedup: float | None = None
     seconds: float | None = Field(default=None, description="Wall time of the measuring client.")
+    server_wait_seconds: int | None = Field(
+        default=None, description="How long the evaluation server was waited for, when it never became ready."
+    )
+    timeout_seconds: int | None = Field(default=None, description="The evaluation.timeoutSeconds it was held to.")
 
 
 class CheckpointRef(Model):

@@ -281,7 +281,8 @@ def plan(
         apply += server(inputs, current.server)
         late = _server_late(spec, obs, current) or _still_late(obs, current, exists)
         if late:
-            return failed(obs, EvaluationOutcome.SERVER_NOT_READY, late, fields)
+            words = _late_words(server_name(name, current.server), late)
+            return failed(obs, EvaluationOutcome.SERVER_NOT_READY, words, {**fields, "evaluation": late})
         if not exists and not server_available(obs.servers.get(current.server)):
             ready_reason = "WaitingForServer"
             message = f"stage {current.name} waits for its vLLM server {server_name(name, current.server)}"
@@ -333,9 +334,10 @@ def _evaluation_words(ev: dict[str, Any]) -> str:
     return said + ") is below " + " / ".join(bounds or ["its bound"])
 
 
-def _server_late(spec: SpeculatorTrainJobSpec, obs: Observed, stage: Stage) -> str | None:
-    """Why the evaluation has waited too long for its server (None while within evaluation.timeoutSeconds,
-    counted from the server's creation; the client Job is bounded by the same limit once it runs)."""
+def _server_late(spec: SpeculatorTrainJobSpec, obs: Observed, stage: Stage) -> dict[str, Any] | None:
+    """The evaluation (outcome EvaluationServerNotReady, how long it waited) once it has waited too long for its
+    server; None while within evaluation.timeoutSeconds, counted from the server's creation (the client Job is
+    bounded by the same limit once it runs)."""
     if stage.name != "evaluate" or spec.evaluation is None or obs.jobs.get(stage.name) is not None:
         return None
     dep = obs.servers.get(stage.server or "")
@@ -346,26 +348,37 @@ def _server_late(spec: SpeculatorTrainJobSpec, obs: Observed, stage: Stage) -> s
         since = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
     except ValueError:
         return None
-    waited = (obs.now() - since).total_seconds()
+    waited = int((obs.now() - since).total_seconds())
     limit = spec.evaluation.timeout_seconds
     if waited <= limit:
         return None
-    name = (dep or {}).get("metadata", {}).get("name")
-    return (
-        f"stage evaluate: its vLLM server {name} was not ready {waited:.0f} s after it was created "
-        f"(evaluation.timeoutSeconds {limit}); nothing was published"
-    )
+    return {"outcome": EvaluationOutcome.SERVER_NOT_READY.value, "serverWaitSeconds": waited, "timeoutSeconds": limit}
 
 
-def _still_late(obs: Observed, stage: Stage, exists: bool) -> str | None:
+def _still_late(obs: Observed, stage: Stage, exists: bool) -> dict[str, Any] | None:
     """A run failed because its evaluation server never became ready stays failed (its server is gone, so
-    nothing else would hold it) until its spec changes, e.g. a longer evaluation.timeoutSeconds."""
+    nothing else would hold it) until its spec changes, e.g. a longer evaluation.timeoutSeconds: the evaluation
+    it stored says so. A run that fe501e0 failed so stored only the Failed condition's reason (read as the enum:
+    the run is not started again on an upgrade)."""
     if stage.name != "evaluate" or exists or obs.status.get("phase") != "Failed":
         return None
-    cond: dict[str, Any] = next((c for c in obs.status.get("conditions") or [] if c.get("type") == "Failed"), {})
-    if cond.get("reason") == EvaluationOutcome.SERVER_NOT_READY and cond.get("observedGeneration") == obs.generation:
-        return str(cond.get("message") or "")
+    if obs.status.get("observedGeneration") != obs.generation:
+        return None
+    evaluation = obs.status.get("evaluation") or {}
+    if evaluation.get("outcome") == EvaluationOutcome.SERVER_NOT_READY:
+        return dict(evaluation)
+    failed_: dict[str, Any] = next((c for c in obs.status.get("conditions") or [] if c.get("type") == "Failed"), {})
+    if not evaluation and failed_.get("reason") == EvaluationOutcome.SERVER_NOT_READY:
+        return {"outcome": EvaluationOutcome.SERVER_NOT_READY.value}
     return None
+
+
+def _late_words(server: str, evaluation: dict[str, Any]) -> str:
+    waited = evaluation.get("serverWaitSeconds")
+    when = f"{waited} s after it was created" if waited is not None else "in time"
+    limit = evaluation.get("timeoutSeconds")
+    bound = f" (evaluation.timeoutSeconds {limit})" if limit is not None else ""
+    return f"stage evaluate: its vLLM server {server} was not ready {when}{bound}; nothing was published"
 
 
 def _failure_message(stage: str, details: dict[str, Any], tail: str | None) -> str:
