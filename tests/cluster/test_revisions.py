@@ -296,7 +296,8 @@ def test_retention_deletes_only_what_nothing_names(
         publish(tmp_path, draft(tmp_path / f"d{i}", bytes([16 + i])), output, store["verifier"], revision)
         for i in range(3)
     )
-    # an old ReplicaSet (scaled to zero, kept for roll-backs) whose pods stage the first location
+    # an old ReplicaSet (scaled to zero, kept for roll-backs) whose pods stage the first location, as its pod
+    # template's annotation says
     labels = {"app.kubernetes.io/managed-by": "speculator-operator", "speculators.dev/deployment": "old"}
     rs = {
         "apiVersion": "apps/v1",
@@ -306,7 +307,7 @@ def test_retention_deletes_only_what_nothing_names(
             "replicas": 0,
             "selector": {"matchLabels": labels},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": labels, "annotations": {"speculators.dev/draft-location": named["uri"]}},
                 "spec": {
                     "initContainers": [
                         {"name": "stage-draft", "image": "x", "args": ["stage", named["uri"], "/models/draft"]}

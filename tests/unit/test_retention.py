@@ -29,16 +29,21 @@ def test_references_come_from_replicasets_jobs_deployments_and_the_pointer() -> 
         "spec": {
             "template": {
                 "metadata": {"annotations": {"speculators.dev/draft-location": loc(1).uri}},
+                # what a container's arguments say is not read: the annotation is the field
                 "spec": {"initContainers": [{"name": "stage-draft", "args": ["stage", loc(2).uri, "/models/d"]}]},
             }
         }
     }
-    stage = {"args": ["stage", loc(3).uri + "/", "/models/draft"]}
-    old_rs: dict[str, Any] = {"spec": {"replicas": 0, "template": {"spec": {"initContainers": [stage]}}}}
     job = {"status": {"checkpoint": {"uri": loc(4).uri}}}
     sdep = {"spec": {"speculator": {"source": loc(5).uri}}, "status": {"draftSource": loc(6).uri}}
-    found = references([rs, old_rs, {}], [job, {}], [sdep, {}], loc(7).uri)
-    assert found == {loc(n).uri for n in range(1, 8)}
+    found = references([rs], [job, {}], [sdep, {}], loc(7).uri)
+    assert found == {loc(n).uri for n in (1, 4, 5, 6, 7)}
+
+
+def test_a_replicaset_that_does_not_name_its_draft_keeps_every_older_folder() -> None:
+    stage = {"args": ["stage", loc(3).uri + "/", "/models/draft"]}
+    old_rs: dict[str, Any] = {"spec": {"replicas": 0, "template": {"spec": {"initContainers": [stage]}}}}
+    assert references([old_rs], [], [], None) is None
 
 
 def test_retention_runs_once_and_only_for_s3() -> None:

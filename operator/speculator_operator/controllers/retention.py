@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from speculator_operator.api.labels import MANAGED_BY_LABEL
+from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.domain.checkpoint.manifest import LATEST, PROVENANCE
 from speculator_operator.domain.checkpoint.sources import s3_client
@@ -59,9 +59,9 @@ def _delete_folder(s3: Any, bucket: str, key_prefix: str) -> None:
     s3.delete_object(Bucket=bucket, Key=record)
 
 
-def _cluster_references(pointer: str | None) -> set[str]:
-    managed = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-    replicasets = kube.list_objects("apps/v1", "ReplicaSet", label_selector=managed)
+def _cluster_references(pointer: str | None) -> set[str] | None:
+    serving = f"{MANAGED_BY_LABEL}={MANAGED_BY},{DEPLOYMENT_LABEL}"  # a train job's servers stage no published draft
+    replicasets = kube.list_objects("apps/v1", "ReplicaSet", label_selector=serving)
     jobs = kube.list_custom("speculatortrainjobs")
     deps = kube.list_custom("speculatordeployments")
     return references(replicasets, jobs, deps, pointer)
@@ -81,7 +81,9 @@ def prune_outputs(
         creds = secret_data(namespace, spec.output.credentials.name if spec.output.credentials else None)
         s3 = s3_client(creds)
         locations, pointer = _published(s3, bucket, prefix)
-        delete, kept = prunable(locations, _cluster_references(pointer), keep)
+        named = _cluster_references(pointer)
+        # a ReplicaSet that does not say which draft it stages: every older folder is kept
+        delete, kept = prunable(locations, {p.uri for p in locations} if named is None else named, keep)
         for uri in delete:
             _delete_folder(s3, bucket, uri.removeprefix(f"s3://{bucket}/"))
     except (CredentialsError, ApiException, ClientError, BotoCoreError) as exc:
@@ -89,6 +91,10 @@ def prune_outputs(
         log.warning("%s/%s: %s", namespace, name, message)
         kopf.event(body, type="Warning", reason="PruneFailed", message=message)
         return None
+    if named is None and kept:
+        message = (f"kept {len(kept)} published folder(s) beyond the newest {keep}: a serving ReplicaSet without "
+                   f"the speculators.dev/draft-location annotation may stage any of them")  # fmt: skip
+        kopf.event(body, type="Normal", reason="PruneDeferred", message=message)
     if delete:
         message = f"deleted {len(delete)} published folder(s) beyond the newest {keep}: {', '.join(delete)}"
         kopf.event(body, type="Normal", reason="Pruned", message=message[:1024])

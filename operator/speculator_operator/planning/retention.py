@@ -2,8 +2,10 @@
 
 The rule (opt-in with `output.keepLatest`, s3:// only): the newest `keepLatest` published folders stay;
 an older one is deleted only when nothing names it:
-- a ReplicaSet's pod template (at any replica count: a Deployment can roll back to it, and a replica of
-  its revision that restarts stages exactly that location),
+- a serving ReplicaSet's pod template, by its `speculators.dev/draft-location` annotation (at any replica
+  count: a Deployment can roll back to it, and a replica of its revision that restarts stages exactly that
+  location); one without the annotation (written before it) keeps every older folder, since what it stages
+  is not said in a field,
 - a SpeculatorTrainJob's status.checkpoint.uri,
 - a SpeculatorDeployment's spec.speculator.source or status.draftSource,
 - the `speculators-latest.json` pointer.
@@ -48,18 +50,17 @@ def references(
     train_jobs: Iterable[dict[str, Any]],
     deployments: Iterable[dict[str, Any]],
     pointer: str | None,
-) -> set[str]:
-    """Every checkpoint location the cluster's objects name (see the module docstring)."""
+) -> set[str] | None:
+    """Every checkpoint location the cluster's objects name (see the module docstring), or None when a serving
+    ReplicaSet does not say which draft it stages (one written before its pod template carried
+    speculators.dev/draft-location): then no older folder is known to be unnamed."""
     out = {pointer} if pointer else set()
     for rs in replicasets:
         template = ((rs.get("spec") or {}).get("template")) or {}
         annotations = (template.get("metadata") or {}).get("annotations") or {}
-        if annotations.get(DRAFT_ANNOTATION):
-            out.add(annotations[DRAFT_ANNOTATION])
-        for c in (template.get("spec") or {}).get("initContainers") or []:
-            args = c.get("args") or []
-            if len(args) >= 2 and args[0] == "stage":
-                out.add(args[1])
+        if not annotations.get(DRAFT_ANNOTATION):
+            return None
+        out.add(annotations[DRAFT_ANNOTATION])
     for stj in train_jobs:
         uri = (((stj.get("status") or {}).get("checkpoint")) or {}).get("uri")
         if uri:
