@@ -46,6 +46,7 @@ from speculator_operator.planning.deployment import (
     train_job_output,
     verifier_change,
 )
+from speculator_operator.planning.passes import Cause, Step, deployment_steps, refresh_cause
 from speculator_operator.planning.pods import pod_problem
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube, metrics
@@ -151,8 +152,6 @@ def deployment_pods(namespace: str, name: str) -> list[dict[str, Any]]:
 ORDER = ("reconcile", "restore", "trainjob", "tuning", "poll", "retrain", "child", "resync", "scrape")
 CONTROLLER = DEPLOYMENTS
 periodic.controlled(PLURAL, CONTROLLER)
-FULL = frozenset({"spec", "retry", "trainjob"})  # causes that always ask for the whole reconcile
-SERVING = frozenset({"child", "resync", "drift"})  # causes that ask for the replica counts and readiness again
 
 
 class _Pass:
@@ -216,7 +215,7 @@ class _Pass:
             return
         action, new_status = verifier_change(parsed, current, resolved, self.generation)
         if action == InputAction.REDEPLOY:
-            p = self.reconcile("poll")
+            p = self.reconcile(Cause.POLL)
             if resolved and retrain_due(parsed, action, p.status, resolved):
                 self.start_retrain(parsed, resolved)
             return
@@ -225,7 +224,7 @@ class _Pass:
                 self.start_retrain(parsed, resolved)
             return
         if new_status is not None:
-            self.status.set(new_status, "poll")
+            self.status.set(new_status, Cause.POLL)
         if holds_for_retrain(self.status.status, self.generation):
             return  # the pair is pinned until the retrained draft is handed over
         try:
@@ -236,9 +235,9 @@ class _Pass:
         change = draft_change(parsed, self.status.status, draft, self.generation)
         self.events.extend(change.events)
         if change.action == InputAction.REDEPLOY:
-            self.reconcile("poll")
+            self.reconcile(Cause.POLL)
         elif change.status is not None:
-            self.status.set(change.status, "poll")
+            self.status.set(change.status, Cause.POLL)
 
     def start_retrain(self, spec: SpeculatorDeploymentSpec, revision: str) -> None:
         """Create the SpeculatorTrainJob for the new verifier revision (once: its name is per revision)."""
@@ -298,20 +297,20 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
                 one.status.set(new, "tuning" if tuned else "scrape")
         pinned = holds_for_retrain(one.status.status, one.generation)
         restoring = None if pinned else drift.restoring(drifts)
-        if (moved or causes & FULL or tuned) and not pinned:
-            cause = "tuning" if tuned else "trainjob" if causes == {"trainjob"} else "reconcile"
-            one.reconcile(cause, restoring=restoring)
-        elif restoring:
-            one.reconcile("restore", restoring=restoring)
-        elif "poll" in causes and parsed is not None:
+        steps = deployment_steps(
+            causes, moved=moved, tuned=tuned, pinned=pinned, restoring=restoring is not None, valid=parsed is not None
+        )
+        if steps.main in (Step.RECONCILE, Step.RESTORE):
+            one.reconcile(steps.cause, restoring=restoring)
+        elif steps.main == Step.POLL and parsed is not None:
             one.poll(parsed)
-        if one.reconciled is None and causes & SERVING and parsed is not None:
-            one.refresh(parsed, "resync" if causes & SERVING == {"resync"} else "child")
+        if steps.refresh and one.reconciled is None and parsed is not None:
+            one.refresh(parsed, refresh_cause(causes))
     one.status.write(ORDER)
     one.post()
     if one.retry or (one.reconciled is not None and one.status.status.get("phase") == "Pending"):
         # an input could not be read, or the apply failed: again later (the status says which and why)
-        return Result(after=RETRY_SECONDS, cause="retry")
+        return Result(after=RETRY_SECONDS, cause=Cause.RETRY)
     return DONE
 
 
@@ -364,7 +363,7 @@ async def poll_inputs(body: kopf.Body) -> None:
     _polled[uid] = now
     if last is None:
         return  # the first reconcile has just resolved them
-    CONTROLLER.enqueue(namespace, meta["name"], "poll")
+    CONTROLLER.enqueue(namespace, meta["name"], Cause.POLL)
 
 
 @periodic.on_gone(PLURAL)
@@ -401,7 +400,7 @@ async def train_job_changed(*, body: kopf.Body, namespace: str | None, **kwargs:
     for owner, serving in index.get((namespace, body.get("metadata", {}).get("name")), []):
         if phase == "Succeeded" and serving == uri:
             continue  # already serving it
-        CONTROLLER.enqueue(namespace, owner, "trainjob")
+        CONTROLLER.enqueue(namespace, owner, Cause.TRAINJOB)
 
 
 _children = {MANAGED_BY_LABEL: MANAGED_BY, DEPLOYMENT_LABEL: kopf.PRESENT}
@@ -416,7 +415,7 @@ async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **
     if not owner or not type or namespace is None:
         return
     drifted = drift.hold(body, namespace, owner, type)
-    CONTROLLER.enqueue(namespace, owner, "drift" if drifted else "child")
+    CONTROLLER.enqueue(namespace, owner, Cause.DRIFT if drifted else Cause.CHILD)
 
 
 @kopf.on.event("", "v1", "services", labels=_children)  # type: ignore[arg-type]
@@ -425,7 +424,7 @@ async def other_child_changed(*, body: kopf.Body, namespace: str | None, type: s
     """A child Service or PodDisruptionBudget deleted or changed by hand: its owner restores it."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
     if owner and namespace is not None and type and drift.hold(body, namespace, owner, type):
-        CONTROLLER.enqueue(namespace, owner, "drift")
+        CONTROLLER.enqueue(namespace, owner, Cause.DRIFT)
 
 
 @kopf.on.event("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]
@@ -434,7 +433,7 @@ async def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **_:
     so. Other pod events change nothing the Deployment's own status does not already say."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
     if owner and namespace is not None and type != "DELETED" and pod_problem(dict(body)) is not None:
-        CONTROLLER.enqueue(namespace, owner, "child")
+        CONTROLLER.enqueue(namespace, owner, Cause.CHILD)
 
 
 @periodic.every(PLURAL, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS / 2)
@@ -443,4 +442,4 @@ async def resync(body: kopf.Body) -> None:
     then, by a pass that writes only when something differs."""
     meta = body.get("metadata", {})
     if meta.get("namespace"):
-        CONTROLLER.enqueue(meta["namespace"], meta["name"], "resync")
+        CONTROLLER.enqueue(meta["namespace"], meta["name"], Cause.RESYNC)

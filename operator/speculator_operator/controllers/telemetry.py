@@ -31,6 +31,7 @@ from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, REVISION_LABEL
 from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.planning import Problem, parse_spec
+from speculator_operator.planning.passes import Cause
 from speculator_operator.planning.tuning import blocked, plan_tuning
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube, metrics
@@ -293,7 +294,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     if not periodic.tracking(PLURAL, uid):
         return
     _judged[(namespace, name)] = judged  # the latest judgement replaces one not yet folded in
-    DEPLOYMENTS.enqueue(namespace, name, "scrape")
+    DEPLOYMENTS.enqueue(namespace, name, Cause.SCRAPE)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from speculator_operator.controllers.queues import TRAINJOBS
 from speculator_operator.controllers.retention import prune_outputs
 from speculator_operator.domain.checkpoint import CheckpointError, read_verifier
 from speculator_operator.planning import Problem, parse_spec, progress
+from speculator_operator.planning.passes import Cause, trainjob_progress_only
 from speculator_operator.planning.pods import pod_problem, refused_creation
 from speculator_operator.planning.stagepods import observe_pods
 from speculator_operator.planning.trainjob import (
@@ -152,7 +153,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     at most once. Every pass is the whole reconcile: the stage machine decides from what it observes, not
     from what woke it."""
     namespace, name = key
-    if causes == {"progress"}:  # a progress line only: the stage machine has nothing new to decide from it
+    if trainjob_progress_only(causes):
         fold_progress(namespace, name)
         return DONE
     body = kube.read_custom(PLURAL, namespace, name)
@@ -171,7 +172,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         kopf.event(obj, type="Normal", reason=reason, message=message)
     metrics.stages_finished((body.get("status") or {}).get("stages"), p.status.get("stages"))
     if result is DONE and p.status.get("phase") == "Pending":
-        return Result(after=RETRY_SECONDS, cause="retry")  # waiting for the verifier; see status.conditions
+        return Result(after=RETRY_SECONDS, cause=Cause.RETRY)  # waiting for the verifier; see status.conditions
     return result
 
 
@@ -200,7 +201,7 @@ def _reconcile(body: dict[str, Any], status: PassStatus) -> tuple[Plan, Result]:
                 return p, DONE
             message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
             kopf.event(obj, type="Warning", reason="ApplyFailed", message=message[:1024])
-            return p, Result(after=RETRY_SECONDS, cause="retry")
+            return p, Result(after=RETRY_SECONDS, cause=Cause.RETRY)
     if p.delete:
         delete_children(namespace, p.delete)
     for type_, reason, message in p.events:
@@ -229,14 +230,14 @@ async def _owner_event(body: kopf.Body, namespace: str | None, type: str | None,
     the event loop. Other child events (pods starting, counters) change nothing the stage machine decides on."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL)
     if owner and namespace and wakes_owner(type, dict(body)):
-        CONTROLLER.enqueue(namespace, owner, "child")
+        CONTROLLER.enqueue(namespace, owner, Cause.CHILD)
 
 
 async def _pod_event(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
     """A stage pod got stuck (an image the node cannot get, a crash loop): the run says so."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL)
     if owner and namespace and type != "DELETED" and pod_problem(dict(body)) is not None:
-        CONTROLLER.enqueue(namespace, owner, "child")
+        CONTROLLER.enqueue(namespace, owner, Cause.CHILD)
 
 
 _children = {"labels": {MANAGED_BY_LABEL: MANAGED_BY, LABEL: kopf.PRESENT}}
@@ -250,7 +251,7 @@ async def resync(body: kopf.Body) -> None:
     """A missed child event must not stall a run; a missing hand-off target may appear later."""
     if resync_due(dict(body.get("spec") or {}), dict(body.get("status") or {})):
         meta = body.get("metadata", {})
-        CONTROLLER.enqueue(meta["namespace"], meta["name"], "resync")
+        CONTROLLER.enqueue(meta["namespace"], meta["name"], Cause.RESYNC)
 
 
 PROGRESS_SECONDS = progress_seconds()
@@ -289,7 +290,7 @@ def read_progress(body: dict[str, Any]) -> bool:
         return False
     # held, then enqueued: if the object was deleted meanwhile, that pass finds it gone and drops what is held
     _held[(namespace, name)] = (stage, parsed)
-    CONTROLLER.enqueue(namespace, name, "progress")
+    CONTROLLER.enqueue(namespace, name, Cause.PROGRESS)
     return True
 
 

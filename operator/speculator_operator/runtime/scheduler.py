@@ -32,6 +32,7 @@ from typing import Any
 import kopf
 
 from speculator_operator.api.common import GROUP, VERSION
+from speculator_operator.planning.passes import Cause
 from speculator_operator.runtime import metrics
 from speculator_operator.runtime.controller import Controller
 from speculator_operator.runtime.kube import PERIODIC_WORKERS, unreachable, waited
@@ -100,7 +101,7 @@ def controlled(plural: str, controller: Controller) -> None:
         if type == "DELETED" or not uid or meta.get("deletionTimestamp"):
             return
         if controller.generations.wants(uid, generation, time.monotonic()):
-            controller.enqueue(str(meta.get("namespace") or ""), str(meta.get("name") or ""), "spec")
+            controller.enqueue(str(meta.get("namespace") or ""), str(meta.get("name") or ""), Cause.SPEC)
 
 
 def on_gone(plural: str) -> Callable[[Callable[[str, str, str], None]], Callable[[str, str, str], None]]:
