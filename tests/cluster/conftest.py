@@ -249,6 +249,17 @@ def creds(cluster: Cluster, namespace: str) -> str:
     return "s3"
 
 
+@pytest.fixture
+def s3(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A client of the real S3 server; the AWS_* variables are set for the code under test too."""
+    import boto3
+
+    assert cluster.s3 is not None
+    for key, value in cluster.s3.env().items():
+        monkeypatch.setenv(key, value)
+    return boto3.client("s3")
+
+
 def sdep(name: str, store: dict[str, str], draft: str, creds: str, **serving: Any) -> str:
     return json.dumps({
         "apiVersion": "speculators.dev/v1alpha1", "kind": "SpeculatorDeployment", "metadata": {"name": name},

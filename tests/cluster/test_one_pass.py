@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client, watch
@@ -107,14 +106,6 @@ class Held:
         self.held += arrived
         self.missed += not arrived
         self.released.set()
-
-
-@pytest.fixture
-def s3(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Any:
-    assert cluster.s3 is not None
-    for key, value in cluster.s3.env().items():
-        monkeypatch.setenv(key, value)
-    return boto3.client("s3")
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from kopf.testing import KopfRunner
 
@@ -29,15 +28,6 @@ from ..ckptgen import eagle3, write_checkpoint
 from .conftest import SMALL, Cluster, eventually, existing_claim, get, sdep, stj
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def s3(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A client of the real S3 server; the AWS_* variables are set for the code under test too."""
-    assert cluster.s3 is not None
-    for key, value in cluster.s3.env().items():
-        monkeypatch.setenv(key, value)
-    return boto3.client("s3")
 
 
 def bucket_of(uri: str) -> str:
