@@ -70,8 +70,8 @@ def holder(cluster: Cluster, namespace: str) -> str:
 
 def lost_writes(audit_log: Path, namespace: str, since: str) -> list[str]:
     """Writes to our resources the API server refused as conflicting (409: a stale resourceVersion) and that
-    no later write to the same object and subresource made good, since `since`. A refused status write is
-    read again and retried by design (runtime/kube.write_status); one never made good is a lost one."""
+    no later write to the same object and subresource made good, since `since`. A write that carries a
+    resourceVersion may be refused and is retried by design; one never made good is a lost one."""
     events = []
     for line in audit_log.read_text().splitlines():
         event = json.loads(line)

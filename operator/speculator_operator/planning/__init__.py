@@ -57,29 +57,3 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[key] = apply_merge_patch(out.get(key), value)
     return out
-
-
-def condition_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
-    """{type: the condition as `new` has it, or None where `new` dropped it}, for the types that differ."""
-    before = {str(c.get("type")): c for c in old}
-    after = {str(c.get("type")): c for c in new}
-    out: dict[str, dict[str, Any] | None] = {t: c for t, c in after.items() if before.get(t) != c}
-    out.update({t: None for t in before if t not in after})
-    return out
-
-
-def apply_condition_changes(
-    current: list[dict[str, Any]], changes: dict[str, dict[str, Any] | None]
-) -> list[dict[str, Any]]:
-    """`current` with `changes` applied by type (order kept, new types appended, None removing one). A
-    condition whose status is the one stored keeps the stored lastTransitionTime: a writer with a stale copy
-    saw a transition that had already happened, and the time it happened stands."""
-    out = []
-    for c in current:
-        change = changes.get(str(c.get("type")), c)
-        if change is not None and change is not c and change.get("status") == c.get("status"):
-            change = {**change, "lastTransitionTime": c.get("lastTransitionTime", change.get("lastTransitionTime"))}
-        out.append(change)
-    seen = {str(c.get("type")) for c in current}
-    out += [c for t, c in changes.items() if t not in seen]
-    return [c for c in out if c is not None]

@@ -24,7 +24,7 @@ from kubernetes.dynamic.resource import Resource
 
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.labels import APPLIED_ANNOTATION
-from speculator_operator.planning import apply_condition_changes, apply_merge_patch, condition_changes, merge_patch
+from speculator_operator.planning import merge_patch
 from speculator_operator.runtime import metrics
 
 APPLIED = APPLIED_ANNOTATION
@@ -337,45 +337,6 @@ def patch_status(plural: str, namespace: str, name: str, old: dict[str, Any], ne
             raise
         return  # deleted meanwhile: nothing to write to
     metrics.STATUS_WRITES.labels(KINDS[plural], cause).inc()
-
-
-def write_status(plural: str, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any], cause: str) -> None:
-    """Patch what changed from `old` to `new`. Several writers share one status (the reconcile, the child
-    events, the timers) and a timer's `old` may be stale: the top-level keys it did not change are not sent,
-    and the conditions (one list, which a merge patch replaces whole) are merged by type into the list the
-    API server has now, sent with that resourceVersion as a precondition (a conflict reads it again). A
-    stale writer thus cannot overturn a condition it did not change. `cause` (what asked for the write) labels
-    the operator's count of its status writes."""
-    delta = status_patch(old, new)
-    if "conditions" not in delta:
-        patch_status(plural, namespace, name, old, new, cause)  # keys it changed only: no stale key is sent
-        return
-    log.debug("%s/%s: status write (%s): %s", namespace, name, cause, ", ".join(sorted(delta)))
-    changes = condition_changes(old.get("conditions") or [], new.get("conditions") or [])
-    for attempt in range(5):
-        fresh = read_custom(plural, namespace, name)
-        if fresh is None:
-            return  # deleted meanwhile: nothing to write to
-        stored = fresh.get("status") or {}
-        now = stored.get("conditions") or []
-        conditions = apply_condition_changes(now, changes)
-        if conditions == now and all(
-            apply_merge_patch(stored.get(k), v) == stored.get(k) for k, v in delta.items() if k != "conditions"
-        ):
-            return  # a writer with a stale copy: what it would write is already stored
-        body = {
-            "metadata": {"resourceVersion": fresh["metadata"]["resourceVersion"]},
-            "status": {**delta, "conditions": conditions},
-        }
-        try:
-            patch_custom(plural, namespace, name, body, status=True)
-            metrics.STATUS_WRITES.labels(KINDS[plural], cause).inc()
-            return
-        except ApiException as exc:
-            if exc.status == 404:
-                return
-            if exc.status != 409 or attempt == 4:
-                raise
 
 
 def api_message(exc: ApiException) -> str:
