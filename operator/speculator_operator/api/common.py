@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 GROUP = "speculators.dev"
@@ -85,3 +86,64 @@ def merge_status(status: dict[str, Any], generation: int, *conds: Condition, **f
     out["observedGeneration"] = generation
     out.update(fields)
     return {k: v for k, v in out.items() if v is not None}
+
+
+def read_status(model: type[Model], raw: dict[str, Any]) -> dict[str, Any]:
+    """A stored status as the status model knows it: what it has no field for (a key an older operator wrote), or
+    holds in a form it does not take, is left out rather than refused, so that a pass never fails on what it
+    reads; the rest comes back exactly as stored (camelCase, only the keys given)."""
+    data = json.loads(json.dumps(raw))
+    for _ in range(64):  # each round drops at least one key
+        try:
+            return model.model_validate(data).model_dump(by_alias=True, exclude_unset=True, mode="json")
+        except ValidationError as exc:
+            dropped = sum(_drop(data, err["loc"]) for err in exc.errors())
+            if not dropped:
+                break
+    return {}
+
+
+def _drop(data: Any, loc: tuple[int | str, ...]) -> bool:
+    """Remove what `loc` (a validation error's place) points at; False when it is not there."""
+    if not loc:
+        return False
+    for part in loc[:-1]:
+        if not _holds(data, part):
+            return False
+        data = data[part]
+    if not _holds(data, loc[-1]):
+        return False
+    del data[loc[-1]]
+    return True
+
+
+def _holds(data: Any, part: int | str) -> bool:
+    if isinstance(data, dict):
+        return part in data
+    return isinstance(data, list) and isinstance(part, int) and part < len(data)
+
+
+def status_problems(model: type[Model], status: dict[str, Any]) -> list[str]:
+    """What of a status about to be written its model does not take: a key it has no field for (the API server
+    would prune it without a word), a key in snake_case, a value of the wrong type. Empty when it is sound."""
+    try:
+        dumped = model.model_validate(status).model_dump(by_alias=True, exclude_unset=True, mode="json")
+    except ValidationError as exc:
+        return [f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in exc.errors()]
+    return [f"{path}: not a field of {model.__name__}" for path in _unknown(status, dumped, "")]
+
+
+def _unknown(given: Any, dumped: Any, path: str) -> list[str]:
+    if isinstance(given, dict) and isinstance(dumped, dict):
+        out = []
+        for key, value in given.items():
+            if value is None:
+                continue
+            if key not in dumped:
+                out.append(f"{path}{key}")
+            else:
+                out += _unknown(value, dumped[key], f"{path}{key}.")
+        return out
+    if isinstance(given, list) and isinstance(dumped, list) and len(given) == len(dumped):
+        return [p for i, (a, b) in enumerate(zip(given, dumped, strict=True)) for p in _unknown(a, b, f"{path}{i}.")]
+    return []

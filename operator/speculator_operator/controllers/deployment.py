@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from speculator_operator.api.common import GROUP, VERSION
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
 from speculator_operator.controllers import drift, telemetry
 from speculator_operator.controllers.queues import DEPLOYMENTS
@@ -163,7 +163,7 @@ class _Pass:
         meta = raw["metadata"]
         self.namespace, self.name, self.uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
         self.generation = int(meta.get("generation") or 0)
-        self.status = PassStatus(PLURAL, self.namespace, self.name, raw.get("status") or {})
+        self.status = PassStatus(SpeculatorDeploymentStatus, PLURAL, self.namespace, self.name, raw.get("status") or {})
         self.events: list[tuple[str, str, str]] = []
         self.reconciled: Plan | None = None
         self.retry = False

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from speculator_operator.api.common import now
 from speculator_operator.api.labels import MANAGED_BY_LABEL, STAGE_LABEL, TRAINJOB_LABEL
 from speculator_operator.api.podcontract import parse_progress, progress_seconds
-from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 from speculator_operator.controllers.queues import TRAINJOBS
 from speculator_operator.controllers.retention import prune_outputs
 from speculator_operator.domain.checkpoint import CheckpointError, read_verifier
@@ -162,7 +162,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         return DONE
     meta = body["metadata"]
     CONTROLLER.generations.done(meta["uid"], int(meta.get("generation") or 0))
-    status = PassStatus(PLURAL, namespace, name, body.get("status") or {})
+    status = PassStatus(SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {})
     events = _fold_progress(key, status)
     with metrics.reconciling("SpeculatorTrainJob"):
         p, result = _reconcile(body, status)
@@ -302,7 +302,7 @@ def fold_progress(namespace: str, name: str) -> list[tuple[str, str]]:
     if body is None or body["metadata"].get("deletionTimestamp"):
         _held.pop(key, None)
         return []
-    status = PassStatus(PLURAL, namespace, name, body.get("status") or {})
+    status = PassStatus(SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {})
     events = _fold_progress(key, status)
     status.write(ORDER)
     for reason, message in events:

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from speculator_operator.api.common import Model, read_status, status_problems
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime.kube import unreachable
 from speculator_operator.runtime.schedule import Generations
@@ -123,14 +124,21 @@ class Controller:
             metrics.PASSES.labels(self.kind, outcome).inc()
 
 
-class PassStatus:
-    """The status one pass writes: the stored one as read at the start, the steps' changes to a working copy,
-    and one patch of what changed at the end, labelled by the first of the causes in `order` it has."""
+class StatusRefused(Exception):
+    """A pass computed a status its model does not take: a bug of the operator's, said rather than written (the
+    API server would prune an unknown key without a word)."""
 
-    def __init__(self, plural: str, namespace: str, name: str, stored: dict[str, Any]) -> None:
-        self.plural, self.namespace, self.name = plural, namespace, name
-        self.stored = dict(stored)
-        self.status = dict(stored)
+
+class PassStatus:
+    """The status one pass writes: the stored one as read at the start (as its model knows it: keys an older
+    operator wrote and this one has no field for are left out, api/common.read_status), the steps' changes to a
+    working copy, and one patch of what changed at the end, labelled by the first of the causes in `order` it
+    has. The status about to be written is checked against the model first (api/common.status_problems)."""
+
+    def __init__(self, model: type[Model], plural: str, namespace: str, name: str, stored: dict[str, Any]) -> None:
+        self.model, self.plural, self.namespace, self.name = model, plural, namespace, name
+        self.stored = read_status(model, stored)
+        self.status = dict(self.stored)
         self.causes: list[str] = []
 
     def set(self, new: dict[str, Any], cause: str) -> None:
@@ -143,6 +151,9 @@ class PassStatus:
         """Write what changed since the pass read the object (nothing when nothing did); True if it wrote."""
         if not kube.status_patch(self.stored, self.status):
             return False
+        problems = status_problems(self.model, self.status)
+        if problems:
+            raise StatusRefused(f"{self.model.__name__} of {self.namespace}/{self.name}: {'; '.join(problems)}")
         cause = next((c for c in order if c in self.causes), self.causes[0] if self.causes else "reconcile")
         kube.patch_status(self.plural, self.namespace, self.name, self.stored, self.status, cause)
         self.stored = dict(self.status)
