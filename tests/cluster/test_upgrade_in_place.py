@@ -1,7 +1,8 @@
 """An upgrade in place: objects that the operator at fe501e0 wrote (its status keys, its children, its revision
-names, a train job in the middle of its stages) are taken over by this one with no rollout of its own and nothing
-lost. The old operator is the real one: its package is taken from the repository's history (`git archive`) and
-run as its own process against the real control plane; then this one runs in-process.
+names, a train job in the middle of its stages, a serving rollout in mid-flight) are taken over by this one with
+no rollout of its own and nothing lost. The old operator is the real one: its package is taken from the
+repository's history (`git archive`) and run as its own process against the real control plane; then this one
+runs in-process.
 
 fe501e0 named a serving revision without the server image (the image entered the hash after it), so the
 takeover relies on planning/adoption.py. Neither operator pins images by digest here: a pin configured with the
@@ -28,6 +29,7 @@ from .test_trainjob_controller import OFFLINE_STAGES, jobs, slow_offline
 
 pytestmark = pytest.mark.cluster
 OLD = "fe501e0"
+LABEL = "speculators.dev/upgrade-test"
 
 
 @pytest.fixture(scope="module")
@@ -79,14 +81,19 @@ def test_objects_the_operator_at_fe501e0_wrote_are_taken_over_without_a_rollout(
     with old_operator(cluster, namespace, old_package, tmp_path / "old-operator.log"):
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("served", store, "good", creds))
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=slow_offline("midway", store, creds, "4s"))
+        # a rollout in mid-flight: its pods have no node until the test labels one
+        rolling = sdep("rolling", store, "good", creds, nodeSelector={LABEL: namespace})
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=rolling)
         try:
             cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/served", "--timeout=120s")
             eventually(lambda: _has(jobs(cluster, namespace, "midway"), "prepare"), timeout=120, interval=0.2)
+            eventually(lambda: _rolling_out(get(cluster, namespace, "sdep/rolling")), timeout=60)
         except Exception:
             print((tmp_path / "old-operator.log").read_text()[-4000:])
             raise
     before = get(cluster, namespace, "sdep/served")
     child0 = get(cluster, namespace, "deployment/served")
+    rolling0, rolling_child0 = get(cluster, namespace, "sdep/rolling"), get(cluster, namespace, "deployment/rolling")
     jobs0 = {stage: job["metadata"]["uid"] for stage, job in jobs(cluster, namespace, "midway").items()}
 
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
@@ -96,9 +103,19 @@ def test_objects_the_operator_at_fe501e0_wrote_are_taken_over_without_a_rollout(
         # the train job goes on from the stage it was in, the deployment gets its first pass from this operator
         cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Succeeded", "stj/midway",
                         "--timeout=240s", timeout=260)  # fmt: skip
-        eventually(lambda: _more(passes("SpeculatorDeployment"), passes0), timeout=60)
+        eventually(lambda: _more(passes("SpeculatorDeployment"), passes0 + 1), timeout=60)
         cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/served", "--timeout=60s")
+        # the rollout the old operator started finishes under this one, as it was
+        try:
+            cluster.kubectl("label", "nodes", "-l", "type=kwok", f"{LABEL}={namespace}")
+            cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/rolling", "--timeout=120s")
+        finally:
+            cluster.kubectl("label", "nodes", "-l", "type=kwok", f"{LABEL}-")
     assert runner.exception is None, runner.exception
+    rolling1, rolling_child1 = get(cluster, namespace, "sdep/rolling"), get(cluster, namespace, "deployment/rolling")
+    assert rolling1["status"]["revision"] == rolling0["status"]["revision"]
+    assert rolling_child1["spec"]["template"] == rolling_child0["spec"]["template"]
+    assert rolling_child1["metadata"]["generation"] == rolling_child0["metadata"]["generation"]
 
     after = get(cluster, namespace, "sdep/served")
     child1 = get(cluster, namespace, "deployment/served")
@@ -119,6 +136,12 @@ def test_objects_the_operator_at_fe501e0_wrote_are_taken_over_without_a_rollout(
 
 def _has(found: dict[str, Any], stage: str) -> None:
     assert stage in found, sorted(found)
+
+
+def _rolling_out(obj: dict[str, Any]) -> None:
+    """Its revision applied, its pods not ready (a stuck pod may make the old operator say Degraded)."""
+    status = obj.get("status") or {}
+    assert status.get("revision") and status.get("phase") in ("Deploying", "Degraded"), status
 
 
 def _more(now: float, before: float) -> None:
