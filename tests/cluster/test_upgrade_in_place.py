@@ -141,7 +141,8 @@ def _has(found: dict[str, Any], stage: str) -> None:
 def _rolling_out(obj: dict[str, Any]) -> None:
     """Its revision applied, its pods not ready (a stuck pod may make the old operator say Degraded)."""
     status = obj.get("status") or {}
-    assert status.get("revision") and status.get("phase") in ("Deploying", "Degraded"), status
+    assert status.get("revision"), status
+    assert status.get("phase") in ("Deploying", "Degraded"), status
 
 
 def _more(now: float, before: float) -> None:
