@@ -14,21 +14,16 @@ from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import Problem
 from speculator_operator.planning.adoption import kept_revision
-from speculator_operator.planning.deployment import (
-    Observed,
+from speculator_operator.planning.deployment import Observed, apply_failed, plan, refresh_serving, serving_status
+from speculator_operator.planning.inputs import draft_change, verifier_change
+from speculator_operator.planning.retrain import (
     adopt_retrain,
-    apply_failed,
-    draft_change,
     holds_for_retrain,
-    plan,
-    refresh_serving,
     retrain_due,
     retrain_job,
     retrain_name,
     retrain_status,
-    serving_status,
     train_job_output,
-    verifier_change,
 )
 from speculator_operator.render.serving import Inputs, draft_of, legacy_revision_hash, render
 

@@ -29,25 +29,25 @@ from speculator_operator.domain.economics import pair_cost_ratio
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import Problem, parse_spec
 from speculator_operator.planning.deployment import (
-    InputAction,
     Observed,
     Plan,
-    adopt_retrain,
     apply_failed,
-    draft_change,
     failed,
-    holds_for_retrain,
     needs_pods,
     plan,
     refresh_serving,
+)
+from speculator_operator.planning.inputs import InputAction, draft_change, verifier_change
+from speculator_operator.planning.passes import Cause, Step, deployment_steps, refresh_cause
+from speculator_operator.planning.pods import pod_problem
+from speculator_operator.planning.retrain import (
+    adopt_retrain,
+    holds_for_retrain,
     retrain_due,
     retrain_job,
     retrain_status,
     train_job_output,
-    verifier_change,
 )
-from speculator_operator.planning.passes import Cause, Step, deployment_steps, refresh_cause
-from speculator_operator.planning.pods import pod_problem
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic

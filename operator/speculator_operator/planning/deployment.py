@@ -20,45 +20,22 @@ Condition reasons:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
-from pydantic import ValidationError
-
-from speculator_operator.api.common import API_VERSION, condition, make_condition, merge_status
+from speculator_operator.api.common import make_condition, merge_status
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
-from speculator_operator.api.labels import RETRAINS_LABEL, REVISION_LABEL
-from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.api.labels import REVISION_LABEL
 from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.checkpoint import AuditReport, Checkpoint, Manifest
 from speculator_operator.domain.releases import Release
-from speculator_operator.planning import Problem
 from speculator_operator.planning.adoption import kept_revision
+from speculator_operator.planning.inputs import VerifierReason
 from speculator_operator.planning.pods import first_problem
 from speculator_operator.planning.tuning import applied
 from speculator_operator.render.serving import Inputs, RenderError, draft_of, num_speculative_tokens, render
 
 MAX_FINDINGS = 20
-
-
-class InputAction(StrEnum):
-    """What a newly resolved verifier or draft revision asks for (upgradePolicy)."""
-
-    NONE = "none"
-    REDEPLOY = "redeploy"
-    RETRAIN = "retrain"
-    PAUSE = "pause"
-
-
-class VerifierReason(StrEnum):
-    """The VerifierCurrent condition's reasons (decisions read them only as these)."""
-
-    RESOLVED = "RevisionResolved"
-    CHANGED = "VerifierChanged"
-    RETRAINING = "Retraining"
-    RETRAIN_UNAVAILABLE = "RetrainUnavailable"
 
 
 @dataclass
@@ -319,175 +296,6 @@ def needs_pods(status: dict[str, Any]) -> bool:
     """Whether the pods are worth reading: only while a revision is rolling out (a Ready resource costs
     no reads)."""
     return status.get("phase") == "Deploying"
-
-
-def verifier_change(
-    spec: SpeculatorDeploymentSpec, status: dict[str, Any], resolved: str | None, generation: int
-) -> tuple[InputAction, dict[str, Any] | None]:
-    """What a newly resolved verifier revision means: (the action, the status to write if any).
-
-    Redeploy re-audits the draft against the new verifier and rolls both out together (or keeps the
-    last good pair serving if the audit fails); Pause and Retrain only report VerifierCurrent=False.
-    """
-    old = status.get("verifierRevision")
-    if resolved is None or old is None or resolved == old:
-        return InputAction.NONE, None
-    policy = spec.upgrade_policy.on_verifier_change
-    if policy == "Redeploy":
-        return InputAction.REDEPLOY, None
-    if policy == "Pause":
-        reason, message = (
-            VerifierReason.CHANGED,
-            f"the verifier moved from {old} to {resolved}; upgradePolicy is Pause: nothing is rolled out",
-        )
-        return InputAction.PAUSE, merge_status(
-            status, generation, make_condition(generation, "VerifierCurrent", False, reason, message)
-        )
-    return InputAction.RETRAIN, None
-
-
-@dataclass
-class DraftChange:
-    """What a newly resolved draft revision means under upgradePolicy.onDraftChange."""
-
-    action: InputAction
-    status: dict[str, Any] | None = None  # the status to write (pause)
-    events: list[tuple[str, str, str]] = field(default_factory=list)
-
-
-def draft_change(
-    spec: SpeculatorDeploymentSpec, status: dict[str, Any], resolved: str | None, generation: int
-) -> DraftChange:
-    """The draft's bytes moved under the same source (a file replaced in place, a pointer moved to a new
-    publish). Redeploy: audit the new draft and roll the pair out together. Pause: DraftCurrent=False and
-    nothing moves; a replica of the old revision that restarts then finds its audited bytes gone (unless
-    the old location is immutable) and refuses to start rather than serve what was not audited.
-    Retrain means nothing here: a new draft needs no new training."""
-    old = status.get("draftRevision")
-    if resolved is None or old is None or resolved == old:
-        return DraftChange(InputAction.NONE)
-    source = spec.speculator.source or status.get("draftSource")
-    message = f"the draft at {source} moved from {old} to {resolved}"
-    verifier = condition(status.get("conditions") or [], "VerifierCurrent") or {}
-    verifier_paused = verifier.get("reason") == VerifierReason.CHANGED  # a roll-out would move the verifier too
-    if spec.upgrade_policy.on_draft_change == "Redeploy" and not verifier_paused:
-        return DraftChange(
-            InputAction.REDEPLOY, None, [("Normal", "DraftChanged", f"{message}; auditing it to roll it out")]
-        )
-    why = "the verifier change is paused too" if verifier_paused else "onDraftChange is Pause"
-    message += (
-        f"; {why}: nothing is rolled out, and replicas that restart cannot stage the audited bytes unless they "
-        "are still where they were"
-    )
-    paused = merge_status(
-        status, generation, make_condition(generation, "DraftCurrent", False, "DraftChanged", message)
-    )
-    events = [] if paused == status else [("Warning", "DraftChanged", message)]
-    return DraftChange(InputAction.PAUSE, paused, events)
-
-
-def retrain_name(name: str, revision: str) -> str:
-    """The SpeculatorTrainJob that retrains `name` for a verifier revision (one per revision)."""
-    tag = re.sub(r"[^a-z0-9]", "", revision.lower().split(":")[-1])[:10] or "rev"
-    return f"{name[: 63 - len(tag) - 9]}-retrain-{tag}"
-
-
-def retrain_job(
-    name: str, namespace: str, uid: str | None, spec: SpeculatorDeploymentSpec, revision: str
-) -> dict[str, Any]:
-    """The SpeculatorTrainJob for the new verifier revision from upgradePolicy.trainTemplate; ValueError
-    names what is wrong with the template."""
-    template = dict(spec.upgrade_policy.train_template or {})
-    if not template:
-        raise ValueError("upgradePolicy.trainTemplate is not set")
-    for key in ("verifier", "deployTo"):
-        if key in template:
-            raise ValueError(f"upgradePolicy.trainTemplate.{key} is set by the operator; leave it out")
-    verifier = spec.verifier.model_dump(by_alias=True, exclude_none=True, mode="json")
-    if spec.verifier.is_hub:
-        verifier["revision"] = revision  # train against exactly the revision that was resolved
-    body = {**template, "verifier": verifier, "deployTo": name}
-    try:
-        SpeculatorTrainJobSpec.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ValueError(f"upgradePolicy.trainTemplate.{where}: {first['msg']}") from None
-    meta: dict[str, Any] = {"name": retrain_name(name, revision), "namespace": namespace,
-                            "labels": {RETRAINS_LABEL: name}}  # fmt: skip
-    if uid:
-        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "SpeculatorDeployment", "name": name,
-                                    "uid": uid, "controller": False, "blockOwnerDeletion": False}]  # fmt: skip
-    return {"apiVersion": API_VERSION, "kind": "SpeculatorTrainJob", "metadata": meta, "spec": body}
-
-
-def retrain_status(status: dict[str, Any], generation: int, job: str | None, revision: str,
-                   error: str | None) -> dict[str, Any]:  # fmt: skip
-    """VerifierCurrent=False while a retraining runs (or why it could not start); the pair keeps serving."""
-    old = status.get("verifierRevision")
-    if job is None:
-        message = f"the verifier moved from {old} to {revision}; no retraining: {error}; the current pair keeps serving"
-        return merge_status(
-            status,
-            generation,
-            make_condition(generation, "VerifierCurrent", False, VerifierReason.RETRAIN_UNAVAILABLE, message),
-        )
-    message = (f"the verifier moved from {old} to {revision}; SpeculatorTrainJob {job} trains a draft for it; "
-               "the current pair keeps serving until the new draft passes its audit")  # fmt: skip
-    retraining = make_condition(generation, "VerifierCurrent", False, VerifierReason.RETRAINING, message)
-    return merge_status(status, generation, retraining, retrain={"job": job, "verifierRevision": revision})
-
-
-def train_job_output(stj: dict[str, Any] | None, job: str, verifier_model: str) -> tuple[str, str | None] | Problem:
-    """(checkpoint uri, credentials Secret) of the SpeculatorTrainJob `job` once it has succeeded (the stored
-    object, None if it does not exist), or why it cannot be served yet."""
-    if stj is None:
-        return Problem("TrainJobPending", f"SpeculatorTrainJob {job!r} does not exist (yet)")
-    spec, status = stj.get("spec") or {}, stj.get("status") or {}
-    trained_for = (spec.get("verifier") or {}).get("model")
-    if trained_for != verifier_model:
-        return Problem("TrainJobMismatch", f"SpeculatorTrainJob {job!r} trains for verifier {trained_for!r}, "
-                       f"this deployment serves {verifier_model!r}")  # fmt: skip
-    phase = status.get("phase") or "Pending"
-    if phase == "Failed":
-        return Problem("TrainJobFailed", f"SpeculatorTrainJob {job!r} failed at stage {status.get('stage')}")
-    uri = (status.get("checkpoint") or {}).get("uri")
-    if phase != "Succeeded" or not uri:
-        stage = f" (stage {status['stage']})" if status.get("stage") else ""
-        return Problem("TrainJobPending", f"SpeculatorTrainJob {job!r} is {phase}{stage}")
-    return uri, ((spec.get("output") or {}).get("credentials") or {}).get("name")
-
-
-def holds_for_retrain(status: dict[str, Any], generation: int) -> bool:
-    """A retraining is in flight and nothing was asked since: the pair stays pinned to its old verifier
-    (a resumed operator must not move it to the new revision with the old draft)."""
-    return bool(status.get("retrain")) and status.get("observedGeneration") == generation
-
-
-def retrain_due(spec: SpeculatorDeploymentSpec, action: InputAction, status: dict[str, Any], revision: str) -> bool:
-    """Whether a new verifier revision starts a retraining: Retrain always (once per revision); Redeploy
-    when the draft failed its audit against it (Degraded) and a train template is given."""
-    if (status.get("retrain") or {}).get("verifierRevision") == revision:
-        return False
-    if action == InputAction.RETRAIN:
-        return True
-    return (
-        action == InputAction.REDEPLOY
-        and status.get("phase") == "Degraded"
-        and bool(spec.upgrade_policy.train_template)
-    )
-
-
-def adopt_retrain(previous: dict[str, Any], planned: dict[str, Any]) -> dict[str, Any]:
-    """The planned status, without `retrain` once the retrained pair is the one being rolled out."""
-    retrain = previous.get("retrain") or {}
-    if (
-        retrain
-        and planned.get("phase") in ("Deploying", "Ready")
-        and (planned.get("verifierRevision") == retrain.get("verifierRevision"))
-    ):
-        return {k: v for k, v in planned.items() if k != "retrain"}
-    return planned
 
 
 def apply_failed(status: dict[str, Any], generation: int, message: str) -> dict[str, Any]:

@@ -1,0 +1,94 @@
+"""A SpeculatorDeployment's inputs that move under the same spec (upgradePolicy): what a newly resolved verifier
+or draft revision asks for, as an action (an enum) and the status to write. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from speculator_operator.api.common import condition, make_condition, merge_status
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+
+
+class InputAction(StrEnum):
+    """What a newly resolved verifier or draft revision asks for (upgradePolicy)."""
+
+    NONE = "none"
+    REDEPLOY = "redeploy"
+    RETRAIN = "retrain"
+    PAUSE = "pause"
+
+
+class VerifierReason(StrEnum):
+    """The VerifierCurrent condition's reasons (decisions read them only as these)."""
+
+    RESOLVED = "RevisionResolved"
+    CHANGED = "VerifierChanged"
+    RETRAINING = "Retraining"
+    RETRAIN_UNAVAILABLE = "RetrainUnavailable"
+
+
+def verifier_change(
+    spec: SpeculatorDeploymentSpec, status: dict[str, Any], resolved: str | None, generation: int
+) -> tuple[InputAction, dict[str, Any] | None]:
+    """What a newly resolved verifier revision means: (the action, the status to write if any).
+
+    Redeploy re-audits the draft against the new verifier and rolls both out together (or keeps the
+    last good pair serving if the audit fails); Pause and Retrain only report VerifierCurrent=False.
+    """
+    old = status.get("verifierRevision")
+    if resolved is None or old is None or resolved == old:
+        return InputAction.NONE, None
+    policy = spec.upgrade_policy.on_verifier_change
+    if policy == "Redeploy":
+        return InputAction.REDEPLOY, None
+    if policy == "Pause":
+        reason, message = (
+            VerifierReason.CHANGED,
+            f"the verifier moved from {old} to {resolved}; upgradePolicy is Pause: nothing is rolled out",
+        )
+        return InputAction.PAUSE, merge_status(
+            status, generation, make_condition(generation, "VerifierCurrent", False, reason, message)
+        )
+    return InputAction.RETRAIN, None
+
+
+@dataclass
+class DraftChange:
+    """What a newly resolved draft revision means under upgradePolicy.onDraftChange."""
+
+    action: InputAction
+    status: dict[str, Any] | None = None  # the status to write (pause)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def draft_change(
+    spec: SpeculatorDeploymentSpec, status: dict[str, Any], resolved: str | None, generation: int
+) -> DraftChange:
+    """The draft's bytes moved under the same source (a file replaced in place, a pointer moved to a new
+    publish). Redeploy: audit the new draft and roll the pair out together. Pause: DraftCurrent=False and
+    nothing moves; a replica of the old revision that restarts then finds its audited bytes gone (unless
+    the old location is immutable) and refuses to start rather than serve what was not audited.
+    Retrain means nothing here: a new draft needs no new training."""
+    old = status.get("draftRevision")
+    if resolved is None or old is None or resolved == old:
+        return DraftChange(InputAction.NONE)
+    source = spec.speculator.source or status.get("draftSource")
+    message = f"the draft at {source} moved from {old} to {resolved}"
+    verifier = condition(status.get("conditions") or [], "VerifierCurrent") or {}
+    verifier_paused = verifier.get("reason") == VerifierReason.CHANGED  # a roll-out would move the verifier too
+    if spec.upgrade_policy.on_draft_change == "Redeploy" and not verifier_paused:
+        return DraftChange(
+            InputAction.REDEPLOY, None, [("Normal", "DraftChanged", f"{message}; auditing it to roll it out")]
+        )
+    why = "the verifier change is paused too" if verifier_paused else "onDraftChange is Pause"
+    message += (
+        f"; {why}: nothing is rolled out, and replicas that restart cannot stage the audited bytes unless they "
+        "are still where they were"
+    )
+    paused = merge_status(
+        status, generation, make_condition(generation, "DraftCurrent", False, "DraftChanged", message)
+    )
+    events = [] if paused == status else [("Warning", "DraftChanged", message)]
+    return DraftChange(InputAction.PAUSE, paused, events)
