@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Container
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,13 +24,18 @@ OPERATOR_AGENTS = ("kopf/", "OpenAPI-Generator/")  # kopf's own client and the k
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 
 
-def operator_writes(audit_log: Path, since: str, namespace: str | None = None) -> list[str]:
+def operator_writes(
+    audit_log: Path, since: str, namespace: str | None = None, codes: Container[int] | None = None
+) -> list[str]:
+    """The operator's writes since `since` (with `codes`: only those the API server answered so)."""
     out = []
     for line in audit_log.read_text().splitlines():
         event = json.loads(line)
         if event.get("stage") != "ResponseComplete" or event["requestReceivedTimestamp"] < since:
             continue
         if namespace is not None and event.get("objectRef", {}).get("namespace") != namespace:
+            continue
+        if codes is not None and (event.get("responseStatus") or {}).get("code") not in codes:
             continue
         if event["verb"] in WRITES and event.get("userAgent", "").startswith(OPERATOR_AGENTS):
             ref = event.get("objectRef", {})

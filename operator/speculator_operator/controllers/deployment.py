@@ -174,7 +174,7 @@ class _Pass:
         by hand; a ChildRestored event says what the apply took back."""
         current = self.status.status
         parsed = parse_spec(SpeculatorDeploymentSpec, self.raw.get("spec") or {})
-        known: dict[drift.Ref, dict[str, Any] | None] = dict(restoring.read) if restoring else {}
+        known: dict[drift.Ref, dict[str, Any] | None] = {}
         if isinstance(parsed, Problem):
             p = failed(Observed(generation=self.generation, status=current), parsed.reason, parsed.message)
         else:

@@ -26,10 +26,9 @@ metrics.tracked("deployment.drifts", lambda: len(_held))
 
 
 class Restoring(NamedTuple):
-    """Why a pass restores (per child, as its read said), and the children as it read them (None: deleted)."""
+    """Why a pass restores, per child, as its read said (the apply reads each child again right before it)."""
 
     why: dict[Ref, str]
-    read: dict[Ref, dict[str, Any] | None]
 
 
 def hold(body: Mapping[str, Any], namespace: str, owner: str, type: str) -> bool:
@@ -65,19 +64,20 @@ def restoring(drifts: list[Drift]) -> Restoring | None:
     """The drifted children as they are now, with why each is restored (deleted, or changed by whom), or None
     when none is: every event was stale, or what others own is known to be theirs."""
     why: dict[Ref, str] = {}
-    read: dict[Ref, dict[str, Any] | None] = {}
+    read: set[Ref] = set()
     for api_version, kind, namespace, name, _ in drifts:
         ref = (kind, name)
         if ref in read:
             continue
-        now = read[ref] = read_child(api_version, kind, namespace, name)
+        read.add(ref)
+        now = read_child(api_version, kind, namespace, name)
         if now is None:
             why[ref] = f"{kind} {name} was deleted"
             continue
         who = edited_by(now, FIELD_MANAGER)
         if who is not None and _theirs.get(now["metadata"]["uid"]) != fingerprint(now, FIELD_MANAGER):
             why[ref] = f"{kind} {name} was changed by {who}"
-    return Restoring(why, read) if why else None
+    return Restoring(why) if why else None
 
 
 def restored(applied: Mapping[Ref, Applied]) -> str | None:

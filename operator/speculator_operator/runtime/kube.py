@@ -264,8 +264,9 @@ def apply_children(
     absent): those are not read again.
 
     With `force` (a restoration: one was changed by hand and keeps our annotation but not our values) every
-    child is applied, each against the object it was compared with: the apply carries that resourceVersion,
-    and a child that moved in between (its status written, an edit landing) is read again and applied again.
+    child is read right before it is applied (not taken from `known`: a rolling Deployment's status moves
+    every moment) and applied against that object: the apply carries its resourceVersion, and a child that
+    moved in between (its status written, an edit landing) is read again and applied again.
     So `before` is exactly what the apply replaced: what it took back from other managers is the difference,
     never an edit that landed after it, nor a status write (either would move the resourceVersion)."""
     applied: dict[tuple[str, str], Applied] = {}
@@ -274,7 +275,7 @@ def apply_children(
         digest = _applied_hash(child)
         meta = child["metadata"]
         ref = (child["kind"], meta["name"])
-        if known is not None and ref in known:
+        if known is not None and ref in known and not force:
             existing = known[ref]
         else:
             existing = read_child(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
