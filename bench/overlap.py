@@ -75,7 +75,7 @@ class Templates(threading.Thread):
 
 def returns(seen: list[str]) -> int:
     """How often a revision came back after another had replaced it."""
-    return sum(1 for i, r in enumerate(seen) if r in seen[: i - 1])
+    return sum(1 for i in range(2, len(seen)) if seen[i] in seen[: i - 1])
 
 
 def status_conflicts(kubectl: list[str]) -> float:
