@@ -31,15 +31,14 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.cluster import local_cluster, stop
 from bench.deployments import stamp, writes
 from tests.ckptgen import SMALL_QWEN3 as SMALL
 from tests.ckptgen import eagle3, write_checkpoint
-
-from speculator_harness import LocalCluster
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "bench-overlap"
@@ -112,14 +111,10 @@ def main() -> None:
     parser.add_argument("--ref", default=os.environ.get("BENCH_REF"), help="an earlier commit's operator")
     parser.add_argument("--rounds", type=int, default=int(os.environ.get("BENCH_ROUNDS", "20")))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, local_cluster(Path(tmp), args.bin_dir) as info:
         root = Path(tmp)
-        local = LocalCluster(root / "cluster", args.bin_dir, gpu_nodes=2, log=lambda m: None)
-        info = local.start()
         op: subprocess.Popen[bytes] | None = None
         try:
-            os.environ.update(info.env())
-            config.load_kube_config(config_file=str(info.kubeconfig))
             api = client.ApiClient()
             kubectl = [str(info.kubectl), "--kubeconfig", str(info.kubeconfig)]
             subprocess.run([*kubectl, "apply", "--server-side", "-f", str(REPO / "crds")], check=True,
@@ -195,10 +190,7 @@ def main() -> None:
                   f"API server 409s to status writes {conflicts:.0f}, ChildRestored events {len(events)}, "
                   f"status phase {(sdep.get('status') or {}).get('phase')}")  # fmt: skip
         finally:
-            if op is not None:
-                op.terminate()
-                op.wait(30)
-            local.stop()
+            stop(op)
 
 
 if __name__ == "__main__":
