@@ -197,7 +197,7 @@ class _Pass:
                 self.events.append(("Warning", "ApplyFailed", message))
                 self.retry = True
                 return p
-            said = drift.restored(applied) if restoring else None
+            said = drift.restored(restoring, applied) if restoring else None
             if said:
                 log.info("%s/%s: %s; restored", self.namespace, self.name, said)
                 self.events.append(("Normal", "ChildRestored", f"{said}; restored"))

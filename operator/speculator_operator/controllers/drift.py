@@ -80,7 +80,7 @@ def restoring(drifts: list[Drift]) -> Restoring | None:
     return Restoring(why) if why else None
 
 
-def restored(applied: Mapping[Ref, Applied]) -> str | None:
+def restored(what: Restoring, applied: Mapping[Ref, Applied]) -> str | None:
     """After a restoring apply: the words for what it took back, child by child (None: nothing, what others
     changed is theirs to keep), and what other managers still own of each child remembered as theirs. Told
     from the apply's own before and after, so an edit that landed after the drift's event and before the apply
@@ -88,7 +88,7 @@ def restored(applied: Mapping[Ref, Applied]) -> str | None:
     said = []
     for (kind, name), (before, after) in applied.items():
         if before is None:
-            said.append(f"{kind} {name} was deleted")
+            said.append(what.why.get((kind, name)) or f"{kind} {name} was missing")
         elif who := taken_from(before, after, FIELD_MANAGER):
             said.append(f"{kind} {name} was changed by {', '.join(who)}")
         if edited_by(after, FIELD_MANAGER):
