@@ -57,7 +57,10 @@ def writes(audit_log: Path, since: str, until: str | None = None, refused: bool 
     409 on a stale resourceVersion, which the writer reads again and retries: no change was stored)."""
     count: collections.Counter[str] = collections.Counter()
     for line in audit_log.read_text().splitlines():
-        e = json.loads(line)
+        try:
+            e = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the line the API server is writing now
         t = e["requestReceivedTimestamp"]
         if e.get("stage") != "ResponseComplete" or t < since or (until and t > until):
             continue
