@@ -45,7 +45,10 @@ def test_merge_status_sets_the_generation_once_per_type_and_a_none_field_removes
         phase="Ready",
         revision=None,
     )
-    assert out["observedGeneration"] == 7 and out["phase"] == "Ready" and "revision" not in out
+    assert out["observedGeneration"] == 7
+    assert out["phase"] == "Ready"
+    assert "revision" not in out
     assert [c["type"] for c in out["conditions"]] == ["Ready"]
-    assert out["conditions"][0]["message"] == "again" and out["conditions"][0]["observedGeneration"] == 7
+    assert out["conditions"][0]["message"] == "again"
+    assert out["conditions"][0]["observedGeneration"] == 7
     assert status["phase"] == "Deploying"  # the status given is not changed in place

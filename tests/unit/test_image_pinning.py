@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from speculator_harness import containerd, images, registry
+from speculator_operator.api.common import stored
 from speculator_operator.domain.releases import (
     DIGESTS_ENV,
     ReleaseError,
@@ -66,7 +67,8 @@ def _pod(
 def test_the_served_image_is_what_every_ready_pod_of_the_revision_runs() -> None:
     ran = f"x/server@{DIGEST}"
     got = served_image("r1", [_pod("r1", ran), _pod("r1", ran), _pod("r0", f"x/server@{OTHER}")])
-    assert got == {"revision": "r1", "image": "x/server:1@" + DIGEST, "imageId": ran}
+    assert got is not None
+    assert stored(got) == {"revision": "r1", "image": "x/server:1@" + DIGEST, "imageId": ran}
     # two builds under one revision (a tag that moved between two pulls) is not one image
     assert served_image("r1", [_pod("r1", ran), _pod("r1", f"x/server@{OTHER}", image="x/server:1")]) is None
     # a ready pod that reports no image (kwok's fakes) tells nothing

@@ -13,7 +13,7 @@ import pytest
 
 from speculator_operator.api import podcontract
 from speculator_operator.api.podcontract import EvaluationOutcome, ExitCode, StageReport
-from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 from speculator_operator.controllers import trainjob as trainjob_controller
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import progress as operator_progress
@@ -67,7 +67,7 @@ def test_the_operator_reads_a_report_from_the_pod_status_the_kubelet_writes(term
         "status": {"phase": "Succeeded", "containerStatuses": [{"name": "main", "state": {
             "terminated": {"exitCode": 0, "message": termination_log.read_text(), "finishedAt": "t"}}}]},
     }  # fmt: skip
-    obs = Observed(generation=1, status={}, jobs={"prepare": {}})
+    obs = Observed(generation=1, status=SpeculatorTrainJobStatus(), jobs={"prepare": {}})
     assert observe_pods(obs, [pod]) == {"prepare"}
     assert obs.reports["prepare"].samples == 16
     assert obs.reports["prepare"].fingerprint == "f00d"
@@ -112,7 +112,7 @@ def test_each_failed_outcome_fails_the_job_at_once_and_names_the_condition(termi
             "metadata": {"labels": {"speculators.dev/stage": "evaluate"}},
             "status": {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": term}}]},
         }
-        obs = Observed(generation=1, status={}, jobs={"evaluate": {}})
+        obs = Observed(generation=1, status=SpeculatorTrainJobStatus(), jobs={"evaluate": {}})
         assert observe_pods(obs, [pod]) == {"evaluate"}
         assert obs.failures["evaluate"].startswith(f"Error (exit code {int(failed.exit_code)})")  # what the run says
         assert evaluation_of(obs) == {"outcome": failed.value}

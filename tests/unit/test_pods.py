@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.planning.deployment import refresh_serving, serving_status
 from speculator_operator.planning.pods import first_problem, pod_problem, refused_creation, terminated_words
 
@@ -62,11 +62,11 @@ def test_a_rolling_out_deployment_shows_its_stuck_pods_reason() -> None:
     assert (serving["ready"], serving["reason"]) == (False, "ImagePullBackOff")
     assert "server:cpu-missing" in serving["problem"]
     assert serving_status(spec, "r1", child, [old])["reason"] == "RollingOut"
-    status = {"phase": "Deploying", "revision": "r1", "conditions": []}
+    status = SpeculatorDeploymentStatus(phase="Deploying", revision="r1")
     refreshed = refresh_serving(spec, status, child, 1, [stuck])
-    conds = {c["type"]: c for c in refreshed["conditions"]}
-    assert conds["Serving"]["reason"] == "ImagePullBackOff"
-    assert "Back-off pulling image" in conds["Ready"]["message"]
+    conds = {c.type: c for c in refreshed.conditions}
+    assert conds["Serving"].reason == "ImagePullBackOff"
+    assert "Back-off pulling image" in conds["Ready"].message
 
 
 def test_a_job_whose_pods_are_refused_shows_the_latest_refusal_in_the_api_servers_words() -> None:

@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.common import stored
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import Problem
 from speculator_operator.planning.adoption import kept_revision
 from speculator_operator.planning.deployment import Observed, apply_failed, plan, refresh_serving, serving_status
-from speculator_operator.planning.inputs import draft_change, verifier_change
+from speculator_operator.planning.inputs import InputAction, draft_change, verifier_change
 from speculator_operator.planning.retrain import (
     adopt_retrain,
     holds_for_retrain,
@@ -34,8 +35,18 @@ SPEC = SpeculatorDeploymentSpec.model_validate(
 )
 
 
-def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+def S(raw: dict[str, Any] | None = None) -> SpeculatorDeploymentStatus:
+    """A status as the pass reads it (camelCase on the wire, the typed model in the planner)."""
+    return SpeculatorDeploymentStatus.model_validate(raw or {})
+
+
+def W(status: SpeculatorDeploymentStatus) -> dict[str, Any]:
+    """A planned status as the pass writes it."""
+    return stored(status)
+
+
+def conds(status: SpeculatorDeploymentStatus) -> dict[str, tuple[str, str]]:
+    return {c.type: (c.status, c.reason) for c in status.conditions}
 
 
 @pytest.fixture
@@ -60,42 +71,42 @@ def child(revision: str, ready: int, replicas: int = 2) -> dict[str, Any]:
 
 def test_passing_audit_renders_children_and_waits_for_replicas(good: Any) -> None:
     p = plan(
-        "q", "ns", "uid", SPEC, get_release(), Observed(generation=3, status={}, verifier_revision="v1", audit=good)
+        "q", "ns", "uid", SPEC, get_release(), Observed(generation=3, status=S(), verifier_revision="v1", audit=good)
     )
     assert [c["kind"] for c in p.children or []] == ["Deployment", "Service", "PodDisruptionBudget"]
-    assert p.status["phase"] == "Deploying"
+    assert p.status.phase == "Deploying"
     assert conds(p.status)["Audited"] == ("True", "AuditPassed")
     assert conds(p.status)["Ready"] == ("False", "RollingOut")
-    assert all(c["observedGeneration"] == 3 for c in p.status["conditions"])
-    assert p.status["numSpeculativeTokens"] == 3
+    assert all(c.observed_generation == 3 for c in p.status.conditions)
+    assert p.status.num_speculative_tokens == 3
     ready = plan("q", "ns", "uid", SPEC, get_release(),
-                 Observed(3, p.status, "v1", good, child=child(p.status["revision"], 2)))  # fmt: skip
-    assert ready.status["phase"] == "Ready"
+                 Observed(3, p.status, "v1", good, child=child(p.status.revision, 2)))  # fmt: skip
+    assert ready.status.phase == "Ready"
     assert conds(ready.status)["Ready"] == ("True", "Ready")
     # the same world again: the same status (so nothing is written)
     again = plan("q", "ns", "uid", SPEC, get_release(),
-                 Observed(3, ready.status, "v1", good, child=child(p.status["revision"], 2)))  # fmt: skip
+                 Observed(3, ready.status, "v1", good, child=child(p.status.revision, 2)))  # fmt: skip
     assert again.status == ready.status
     assert again.events == []
 
 
 def test_failing_audit_creates_nothing_or_keeps_the_last_good_pair(bad: Any) -> None:
-    p = plan("q", "ns", "uid", SPEC, get_release(), Observed(1, {}, "v1", bad))
+    p = plan("q", "ns", "uid", SPEC, get_release(), Observed(1, S(), "v1", bad))
     assert p.children is None
-    assert p.status["phase"] == "Failed"
+    assert p.status.phase == "Failed"
     assert conds(p.status)["Audited"] == ("False", "AuditFailed")
-    assert any(f["rule"] == "fc-shape" for f in p.status["audit"]["findings"])
+    assert any(f["rule"] == "fc-shape" for f in p.status.audit.findings)
     assert p.events[0][:2] == ("Warning", "AuditFailed")
-    kept = plan("q", "ns", "uid", SPEC, get_release(), Observed(2, {}, "v2", bad, child=child("old", 2)))
+    kept = plan("q", "ns", "uid", SPEC, get_release(), Observed(2, S(), "v2", bad, child=child("old", 2)))
     assert kept.children is None
-    assert kept.status["phase"] == "Degraded"
+    assert kept.status.phase == "Degraded"
 
 
 def test_unreadable_input_waits() -> None:
     p = plan("q", "ns", "uid", SPEC, get_release(),
-             Observed(1, {}, problem=("CheckpointUnreadable", "s3://x/config.json: no such object")))  # fmt: skip
+             Observed(1, S(), problem=("CheckpointUnreadable", "s3://x/config.json: no such object")))  # fmt: skip
     assert p.children is None
-    assert p.status["phase"] == "Pending"
+    assert p.status.phase == "Pending"
     assert conds(p.status)["Audited"] == ("Unknown", "CheckpointUnreadable")
 
 
@@ -123,10 +134,10 @@ def test_serving_status_counts_only_the_current_revision() -> None:
 def test_the_reconciles_status_already_says_what_its_new_child_will(good: Any) -> None:
     """The status is written before the children are applied: the new Deployment's first events (no status
     yet, then its pods created) find nothing to change."""
-    p = plan("q", "ns", "uid", SPEC, get_release(), Observed(generation=1, status={}, verifier_revision="v1",
+    p = plan("q", "ns", "uid", SPEC, get_release(), Observed(generation=1, status=S(), verifier_revision="v1",
                                                              audit=good))  # fmt: skip
     assert conds(p.status)["Serving"] == ("False", "RollingOut")
-    created = {"metadata": {"generation": 1, "annotations": {"speculators.dev/revision": p.status["revision"]}}}
+    created = {"metadata": {"generation": 1, "annotations": {"speculators.dev/revision": p.status.revision}}}
     assert refresh_serving(SPEC, p.status, created, 1) is p.status
     assert refresh_serving(SPEC, p.status, {**created, "status": {"observedGeneration": 1, "replicas": 2,
                                                                   "updatedReplicas": 2}}, 1) is p.status  # fmt: skip
@@ -134,15 +145,15 @@ def test_the_reconciles_status_already_says_what_its_new_child_will(good: Any) -
 
 def test_pods_created_but_not_ready_are_not_a_status_write() -> None:
     """updatedReplicas alone moving leaves the status as it is (the next readiness change carries it)."""
-    rolling = refresh_serving(SPEC, {"phase": "Deploying", "revision": "new"}, child("new", 0), 1)
+    rolling = refresh_serving(SPEC, S({"phase": "Deploying", "revision": "new"}), child("new", 0), 1)
     created = child("new", 0)
     created["status"]["updatedReplicas"] = 2
     assert refresh_serving(SPEC, rolling, created, 1) is rolling
     one_ready = child("new", 1)
     one_ready["status"]["updatedReplicas"] = 2
     moved = refresh_serving(SPEC, rolling, one_ready, 1)
-    assert (moved["readyReplicas"], moved["updatedReplicas"]) == (1, 2)
-    assert refresh_serving(SPEC, moved, child("new", 2), 1)["phase"] == "Ready"
+    assert (moved.ready_replicas, moved.updated_replicas) == (1, 2)
+    assert refresh_serving(SPEC, moved, child("new", 2), 1).phase == "Ready"
 
 
 @pytest.mark.parametrize(
@@ -157,9 +168,9 @@ def test_verifier_change_follows_the_policy(policy: str, action: str, reason: st
     spec = SPEC.model_copy(
         update={"upgrade_policy": SPEC.upgrade_policy.model_copy(update={"on_verifier_change": policy})}
     )
-    status = {"verifierRevision": "v1", "conditions": []}
+    status = S({"verifierRevision": "v1", "conditions": []})
     assert verifier_change(spec, status, "v1", 1) == ("none", None)
-    assert verifier_change(spec, {}, "v2", 1) == ("none", None)
+    assert verifier_change(spec, S(), "v2", 1) == ("none", None)
     got, new = verifier_change(spec, status, "v2", 1)
     assert got == action
     if reason is None:
@@ -180,9 +191,9 @@ def test_retraining_is_a_train_job_from_the_template_pinned_to_the_new_revision(
     assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     assert retrain_name("qwen", "s3:ABC-def") == "qwen-retrain-abcdef"
     assert len(retrain_name("x" * 63, "0123456789abcdef")) <= 63
-    status = retrain_status({"verifierRevision": "old", "conditions": []}, 2, job["metadata"]["name"], "new", None)
+    status = retrain_status(S({"verifierRevision": "old"}), 2, job["metadata"]["name"], "new", None)
     assert conds(status)["VerifierCurrent"] == ("False", "Retraining")
-    assert status["retrain"] == {"job": "qwen-retrain-0123456789", "verifierRevision": "new"}
+    assert W(status)["retrain"] == {"job": "qwen-retrain-0123456789", "verifierRevision": "new"}
     bad = spec.model_copy(update={"upgrade_policy": spec.upgrade_policy.model_copy(
         update={"train_template": {**template, "algorithm": "medusa"}})})  # fmt: skip
     with pytest.raises(ValueError, match=r"trainTemplate\.algorithm"):
@@ -192,13 +203,13 @@ def test_retraining_is_a_train_job_from_the_template_pinned_to_the_new_revision(
             update={"train_template": {**template, "deployTo": "other"}})}), "r")  # fmt: skip
     with pytest.raises(ValueError, match="not set"):
         retrain_job("qwen", "ml", None, SPEC, "r")
-    failed = retrain_status({"conditions": []}, 1, None, "new", "upgradePolicy.trainTemplate is not set")
+    failed = retrain_status(S(), 1, None, "new", "upgradePolicy.trainTemplate is not set")
     assert conds(failed)["VerifierCurrent"] == ("False", "RetrainUnavailable")
 
 
 def test_apply_failure_is_reported() -> None:
-    status = apply_failed({"readyReplicas": 2, "conditions": []}, 4, "403 Forbidden: exceeded quota")
-    assert status["phase"] == "Degraded"
+    status = apply_failed(S({"readyReplicas": 2}), 4, "403 Forbidden: exceeded quota")
+    assert status.phase == "Degraded"
     assert conds(status)["Serving"] == ("False", "ApplyFailed")
 
 
@@ -225,21 +236,20 @@ def test_a_retraining_pins_the_pair_until_its_result_is_rolled_out() -> None:
     template = {"algorithm": "eagle3", "data": {"sources": ["hf:o/d"]}, "output": {"uri": "s3://d/n"}}
     redeploy = SPEC.model_copy(update={"upgrade_policy": SPEC.upgrade_policy.model_copy(
         update={"train_template": template})})  # fmt: skip
-    in_flight = {"retrain": {"job": "q-retrain-new", "verifierRevision": "new"}, "observedGeneration": 3}
+    retrain = {"job": "q-retrain-new", "verifierRevision": "new"}
+    in_flight = S({"retrain": retrain, "observedGeneration": 3})
     assert holds_for_retrain(in_flight, 3)
     assert not holds_for_retrain(in_flight, 4)  # something was asked since
-    assert not holds_for_retrain({"observedGeneration": 3}, 3)
-    assert retrain_due(SPEC, "retrain", {}, "new")
-    assert not retrain_due(SPEC, "retrain", in_flight, "new")  # once per revision
-    assert retrain_due(redeploy, "redeploy", {"phase": "Degraded"}, "new")
-    assert not retrain_due(SPEC, "redeploy", {"phase": "Degraded"}, "new")  # no template
-    assert not retrain_due(redeploy, "redeploy", {"phase": "Ready"}, "new")  # the draft passed
-    rolled = adopt_retrain(
-        in_flight, {"phase": "Deploying", "verifierRevision": "new", "retrain": in_flight["retrain"]}
-    )
-    assert "retrain" not in rolled
-    kept = {"phase": "Ready", "verifierRevision": "old", "retrain": in_flight["retrain"]}
-    assert adopt_retrain(in_flight, kept) == kept
+    assert not holds_for_retrain(S({"observedGeneration": 3}), 3)
+    assert retrain_due(SPEC, InputAction.RETRAIN, S(), "new")
+    assert not retrain_due(SPEC, InputAction.RETRAIN, in_flight, "new")  # once per revision
+    assert retrain_due(redeploy, InputAction.REDEPLOY, S({"phase": "Degraded"}), "new")
+    assert not retrain_due(SPEC, InputAction.REDEPLOY, S({"phase": "Degraded"}), "new")  # no template
+    assert not retrain_due(redeploy, InputAction.REDEPLOY, S({"phase": "Ready"}), "new")  # the draft passed
+    rolled = adopt_retrain(in_flight, S({"phase": "Deploying", "verifierRevision": "new", "retrain": retrain}))
+    assert "retrain" not in W(rolled)
+    kept = S({"phase": "Ready", "verifierRevision": "old", "retrain": retrain})
+    assert adopt_retrain(in_flight, kept) is kept
 
 
 def test_a_draft_change_follows_on_draft_change() -> None:
@@ -247,9 +257,9 @@ def test_a_draft_change_follows_on_draft_change() -> None:
         update = {"upgrade_policy": SPEC.upgrade_policy.model_copy(update={"on_draft_change": policy})}
         return SPEC.model_copy(update=update)
 
-    status = {"draftRevision": "s3:old", "draftSource": "s3://d/x", "conditions": []}
+    status = S({"draftRevision": "s3:old", "draftSource": "s3://d/x"})
     assert draft_change(with_policy("Redeploy"), status, "s3:old", 1).action == "none"
-    assert draft_change(with_policy("Redeploy"), {}, "s3:new", 1).action == "none"  # nothing served yet
+    assert draft_change(with_policy("Redeploy"), S(), "s3:new", 1).action == "none"  # nothing served yet
     assert draft_change(with_policy("Redeploy"), status, None, 1).action == "none"  # not resolved
     redeploy = draft_change(with_policy("Redeploy"), status, "s3:new", 1)
     assert redeploy.action == "redeploy"
@@ -261,11 +271,12 @@ def test_a_draft_change_follows_on_draft_change() -> None:
     assert paused.action == "pause"
     assert paused.status is not None
     assert conds(paused.status)["DraftCurrent"] == ("False", "DraftChanged")
-    assert paused.status["draftRevision"] == "s3:old"  # nothing moves
+    assert paused.status.draft_revision == "s3:old"  # nothing moves
     assert [e[:2] for e in paused.events] == [("Warning", "DraftChanged")]
     # the next poll sees the same change: no second write, no second event
     again = draft_change(with_policy("Pause"), paused.status, "s3:new", 1)
-    assert again.status == paused.status
+    assert again.status is not None
+    assert W(again.status) == W(paused.status)
     assert again.events == []
 
 
@@ -273,7 +284,7 @@ def test_a_draft_change_waits_while_the_verifier_change_is_paused() -> None:
     spec = SPEC.model_copy(
         update={"upgrade_policy": SPEC.upgrade_policy.model_copy(update={"on_verifier_change": "Pause"})}
     )
-    status = {"draftRevision": "s3:old", "verifierRevision": "v1", "conditions": []}
+    status = S({"draftRevision": "s3:old", "verifierRevision": "v1"})
     _, paused = verifier_change(spec, status, "v2", 1)
     assert paused is not None
     change = draft_change(spec, paused, "s3:new", 1)
@@ -282,8 +293,8 @@ def test_a_draft_change_waits_while_the_verifier_change_is_paused() -> None:
     assert "verifier change is paused" in conds_messages(change.status)["DraftCurrent"]
 
 
-def conds_messages(status: dict[str, Any]) -> dict[str, str]:
-    return {c["type"]: c["message"] for c in status["conditions"]}
+def conds_messages(status: SpeculatorDeploymentStatus) -> dict[str, str]:
+    return {c.type: c.message for c in status.conditions}
 
 
 def test_the_serving_message_is_built_from_the_render_notes_field_not_read_back() -> None:
@@ -293,19 +304,19 @@ def test_the_serving_message_is_built_from_the_render_notes_field_not_read_back(
             "observedGeneration": 3, "lastTransitionTime": "2026-12-01T06:00:00Z"}  # fmt: skip
     notes = [{"reason": "CutoffUnsupported", "message": "speculation stays on at every batch size"}]
     status = {"phase": "Deploying", "revision": "r1", "renderNotes": notes, "conditions": [said]}
-    new = refresh_serving(SPEC, status, child("r1", 2), 3)
+    new = refresh_serving(SPEC, S(status), child("r1", 2), 3)
     assert conds_messages(new)["Serving"] == "revision r1; CutoffUnsupported: speculation stays on at every batch size"
     # a status written before the field existed: the revision alone, until the object's next reconcile
-    older = refresh_serving(SPEC, {k: v for k, v in status.items() if k != "renderNotes"}, child("r1", 2), 3)
+    older = refresh_serving(SPEC, S({k: v for k, v in status.items() if k != "renderNotes"}), child("r1", 2), 3)
     assert conds_messages(older)["Serving"] == "revision r1"
 
 
 def test_a_pair_an_earlier_operator_rolled_out_keeps_its_revision_name(good: Any) -> None:
     """Operators up to fe501e0 hashed a revision without the server image: the pair they rolled out is taken
     over under its old name (no rollout for a name), and anything that changes gets a new one."""
-    first = plan("q", "ns", "uid", SPEC, get_release(), Observed(generation=3, status={}, verifier_revision="v1",
+    first = plan("q", "ns", "uid", SPEC, get_release(), Observed(generation=3, status=S(), verifier_revision="v1",
                                                                      audit=good))  # fmt: skip
-    new_name = first.status["revision"]
+    new_name = first.status.revision
     # what such an operator applied: the same render under the old name
     inputs = Inputs("q", "ns", SPEC, get_release(), draft_of(good.checkpoint), "v1", "uid")
     rendered = render(inputs)
@@ -315,8 +326,8 @@ def test_a_pair_an_earlier_operator_rolled_out_keeps_its_revision_name(good: Any
     old_child = next(c for c in render(replace(inputs, keep_revision=old_name)).children if c["kind"] == "Deployment")
     old_child = {**old_child, "status": child(old_name, 2)["status"]}
     taken = plan("q", "ns", "uid", SPEC, get_release(),
-                 Observed(3, {**first.status, "revision": old_name}, "v1", good, child=old_child))  # fmt: skip
-    assert taken.status["revision"] == old_name
+                 Observed(3, S({**W(first.status), "revision": old_name}), "v1", good, child=old_child))  # fmt: skip
+    assert taken.status.revision == old_name
     (ours,) = [c for c in taken.children or [] if c["kind"] == "Deployment"]
     assert ours["spec"]["template"] == old_child["spec"]["template"]  # nothing for the pods to roll for
     assert taken.events == []
@@ -324,7 +335,7 @@ def test_a_pair_an_earlier_operator_rolled_out_keeps_its_revision_name(good: Any
     other = json.loads(json.dumps(old_child))
     other["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.example/server@sha256:" + "0" * 64
     moved = plan("q", "ns", "uid", SPEC, get_release(),
-                 Observed(3, {**first.status, "revision": old_name}, "v1", good, child=other))  # fmt: skip
-    assert moved.status["revision"] == new_name
+                 Observed(3, S({**W(first.status), "revision": old_name}), "v1", good, child=other))  # fmt: skip
+    assert moved.status.revision == new_name
     # a stored name that is not the old hash of these inputs (a spec edit since): the new name
     assert kept_revision(inputs, rendered, "0123456789ab", old_child) is None

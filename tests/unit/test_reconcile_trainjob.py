@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
-from speculator_operator.api.common import SecretRef
+from speculator_operator.api.common import SecretRef, stored
 from speculator_operator.api.podcontract import StageReport
-from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning.trainjob import (
     Observed,
@@ -38,12 +39,19 @@ def job(state: str, failed: int = 0) -> dict[str, Any]:
 def observed(**kw: Any) -> Observed:
     kw["reports"] = {stage: StageReport.model_validate(r) for stage, r in kw.get("reports", {}).items()}
     kw["failed_reports"] = {s: StageReport.model_validate(r) for s, r in kw.get("failed_reports", {}).items()}
-    return Observed(generation=1, status=kw.pop("status", {}), verifier_layers=36, verifier_revision="sha1",
+    return Observed(generation=1, status=S(kw.pop("status", {})), verifier_layers=36, verifier_revision="sha1",
                     verifier_model_type="qwen3", **kw)  # fmt: skip
 
 
+def S(raw: dict[str, Any]) -> SpeculatorTrainJobStatus:
+    """A stored status as the pass gives it to the planner."""
+    return SpeculatorTrainJobStatus.model_validate(raw)
+
+
 def run(obs: Observed, spec: SpeculatorTrainJobSpec = SPEC) -> Any:
-    return plan("q", "ml", "uid", spec, get_release(), obs)
+    """The plan, its status as the pass writes it (the wire form the API server stores: what these tests read)."""
+    p = plan("q", "ml", "uid", spec, get_release(), obs)
+    return SimpleNamespace(**{**vars(p), "status": stored(p.status)})
 
 
 def kinds(p: Any) -> list[tuple[str, str]]:
@@ -147,7 +155,7 @@ def test_samples_longer_than_the_verifier_takes_are_refused() -> None:
 
 
 def test_unreadable_verifier_waits() -> None:
-    p = run(Observed(generation=1, status={}, problem=("VerifierUnreadable", "s3://x: 403")))
+    p = run(Observed(generation=1, status=S({}), problem=("VerifierUnreadable", "s3://x: 403")))
     assert p.status["phase"] == "Pending"
     assert p.apply == []
 
@@ -397,7 +405,7 @@ def test_a_run_failed_for_its_evaluation_server_stays_failed_until_its_spec_chan
     # a changed spec (a new generation) runs the stage again
     changed = Observed(
         generation=2,
-        status=failed.status,
+        status=S(failed.status),
         verifier_layers=36,
         verifier_revision="sha1",
         verifier_model_type="qwen3",

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from speculator_operator.api.common import read_status, status_problems
+from speculator_operator.api.common import evolve, read_status, status_problems
 from speculator_operator.api.deployment import SpeculatorDeploymentStatus
 from speculator_operator.api.trainjob import SpeculatorTrainJobStatus
 from speculator_operator.runtime.controller import PassStatus, StatusRefused
@@ -55,16 +56,24 @@ def test_a_status_to_write_is_refused_for_an_unknown_key_a_snake_case_key_or_a_w
     assert [p.split(":")[0] for p in wrong] == ["evaluation.rate"]
 
 
-def test_the_pass_does_not_write_a_status_its_model_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_misspelt_or_misshapen_field_fails_where_the_status_is_built_and_again_at_the_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from speculator_operator.runtime import kube
 
+    pending = SpeculatorDeploymentStatus(phase="Pending")
+    with pytest.raises(TypeError, match="ready_replica"):
+        evolve(pending, None, ready_replica=1)  # a planner's misspelt field: no status, an error
+    with pytest.raises(ValidationError):
+        evolve(pending, None, ready_replicas="two")
     sent: list[dict[str, Any]] = []
     monkeypatch.setattr(kube, "patch_status", lambda *args: sent.append(args[4]))
     status = PassStatus(SpeculatorDeploymentStatus, "speculatordeployments", "ns", "a", {"phase": "Pending"})
-    status.set({"phase": "Ready", "readyReplica": 1}, "child")
-    with pytest.raises(StatusRefused, match="readyReplica"):
+    # a model built without validation (model_construct) is still checked before it is sent
+    status.set(SpeculatorDeploymentStatus.model_construct(phase="Ready", ready_replicas="one"), "child")
+    with pytest.raises(StatusRefused, match="readyReplicas"), pytest.warns(UserWarning, match="serializ"):
         status.write()
     assert sent == []
-    status.set({"phase": "Ready", "readyReplicas": 1}, "child")
+    status.set(evolve(pending, None, phase="Ready", ready_replicas=1), "child")
     assert status.write()
     assert sent == [{"phase": "Ready", "readyReplicas": 1}]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from speculator_operator.api.common import make_condition
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus, TuningStatus
 from speculator_operator.domain.economics import best_k, speedup
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning.tuning import (
@@ -41,6 +41,15 @@ def spec(**tuning: Any) -> SpeculatorDeploymentSpec:
     )
 
 
+def S(raw: dict[str, Any]) -> SpeculatorDeploymentStatus:
+    return SpeculatorDeploymentStatus.model_validate(raw)
+
+
+def T(raw: dict[str, Any] | None) -> TuningStatus | None:
+    """status.tuning as the render reads it (the tuning planner works on its wire form)."""
+    return None if raw is None else TuningStatus.model_validate(raw)
+
+
 def acc(alpha: float, drafts: int = 1000) -> dict[str, Any]:
     return {"alpha": alpha, "drafts": drafts}
 
@@ -59,7 +68,7 @@ class Loop:
         self.state = p.state  # type: ignore[assignment]
         self.events += p.events
         if p.rollout:
-            tuned = applied(self.spec, self.state, MAX_K)
+            tuned = applied(self.spec, T(self.state), MAX_K)
             assert tuned is not None
             self.k = tuned.k
             self.rollouts.append((t, tuned.k))
@@ -76,7 +85,7 @@ def test_recommend_and_off_keep_no_state_and_roll_nothing() -> None:
     for mode in ("Recommend", "Off"):
         p = plan_tuning(spec(mode=mode), {"mode": "Auto", "k": 2}, acc(0.3), Economics(5, "eagle3", C, 5), T0, 200)
         assert (p.state, p.rollout, p.events) == (None, False, [])
-        assert applied(spec(mode=mode), {"mode": "Auto", "k": 2}, MAX_K) is None
+        assert applied(spec(mode=mode), T({"mode": "Auto", "k": 2}), MAX_K) is None
 
 
 def test_a_k_set_in_the_spec_is_left_alone() -> None:
@@ -84,7 +93,7 @@ def test_a_k_set_in_the_spec_is_left_alone() -> None:
     assert not p.rollout
     assert p.state is not None
     assert "numSpeculativeTokens is set" in p.state["note"]
-    assert applied(spec(k=4), {"mode": "Auto", "k": 2}, MAX_K) is None
+    assert applied(spec(k=4), T({"mode": "Auto", "k": 2}), MAX_K) is None
 
 
 def test_sustained_evidence_rolls_exactly_once() -> None:
@@ -174,7 +183,7 @@ def test_bounds_hold_and_the_checkpoint_caps_them() -> None:
     k, _, _ = candidate(spec(maxK=1), 0.9, Economics(1, "eagle3", C, MAX_K), C)
     assert k == 1
     # a tuned K outside bounds the user set since is clamped to them
-    tuned = applied(spec(minK=3), {"mode": "Auto", "k": 2, "schedule": [[1, 8, 2], [9, 256, 1]]}, MAX_K)
+    tuned = applied(spec(minK=3), T({"mode": "Auto", "k": 2, "schedule": [[1, 8, 2], [9, 256, 1]]}), MAX_K)
     assert tuned == Tuned(3)
 
 
@@ -188,7 +197,7 @@ def test_allow_disable_turns_speculation_off_and_a_probe_measures_again() -> Non
     assert loop.state is not None
     assert loop.state["probeAt"] == iso(T0 + 630)
     assert loop.state["probeK"] == 3
-    assert applied(s, loop.state, MAX_K) == Tuned(0)
+    assert applied(s, T(loop.state), MAX_K) == Tuned(0)
     for i in range(35, 630, 5):  # off: nothing to measure, nothing rolls until the probe is due
         loop.judge(T0 + i, None)
     assert len(loop.rollouts) == 1
@@ -201,7 +210,7 @@ def test_allow_disable_turns_speculation_off_and_a_probe_measures_again() -> Non
     assert loop.events[-1][1] == "SpeculationReenabled"
     assert "probing" not in loop.state
     # without allowDisable, a tuned-off state renders the last K
-    assert applied(spec(), {"mode": "Auto", "k": 0, "probeK": 3}, MAX_K) == Tuned(3)
+    assert applied(spec(), T({"mode": "Auto", "k": 0, "probeK": 3}), MAX_K) == Tuned(3)
     # the condition while it is off says when it measures again
     cond = disabled_condition(4, {"probeAt": iso(T0 + 630), "evidence": "α 0.010"})
     assert (cond.status, cond.reason) == ("False", "SpeculationDisabled")
@@ -293,13 +302,14 @@ def test_a_tuned_revision_waits_while_an_input_change_is_held_back() -> None:
         "phase": "Ready",
         "conditions": [{"type": "VerifierCurrent", "status": "True", "reason": "RevisionResolved"}],
     }
-    assert blocked(ready) is None
+    assert blocked(S(ready)) is None
     paused = {**ready, "conditions": [{"type": "VerifierCurrent", "status": "False", "reason": "VerifierChanged"}]}
-    why = blocked(paused)
+    why = blocked(S(paused))
     assert why is not None
     assert "VerifierChanged" in why
-    assert blocked({**ready, "retrain": {"job": "j"}}) == "a retraining is in flight"
-    assert blocked({**ready, "phase": "Degraded"}) is not None
+    retraining = {**ready, "retrain": {"job": "j", "verifierRevision": "v2"}}
+    assert blocked(S(retraining)) == "a retraining is in flight"
+    assert blocked(S({**ready, "phase": "Degraded"})) is not None
     s = spec()
     econ = Economics(MAX_K, "eagle3", C, MAX_K)
     state = {"mode": "Auto", "pending": {"k": 2, "since": iso(T0), "evidence": "e"}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
@@ -88,6 +88,48 @@ def merge_status(status: dict[str, Any], generation: int, *conds: Condition, **f
     return {k: v for k, v in out.items() if v is not None}
 
 
+S = TypeVar("S", bound=Model)
+
+
+def stored(status: BaseModel) -> dict[str, Any]:
+    """A status model as the API server stores it: camelCase, only the keys that were set (a default the
+    planner never set is not written)."""
+    return status.model_dump(by_alias=True, exclude_unset=True, mode="json")
+
+
+def evolve(status: S, generation: int | None, *conds: Condition, **fields: Any) -> S:
+    """`status` with the conditions merged by type (`set_condition`), observedGeneration set (unless
+    `generation` is None) and `fields` set by their Python names (None removes one). The result is validated:
+    a field the model has no name for is a TypeError here, a value of the wrong shape a ValidationError, where
+    a dict would have been pruned by the API server without a word."""
+    model = type(status)
+    unknown = sorted(set(fields) - set(model.model_fields))
+    if unknown:
+        raise TypeError(f"{model.__name__} has no field {', '.join(unknown)}")
+    wire = {model.model_fields[k].alias or k: _wire(v) for k, v in fields.items()}
+    raw = stored(status)
+    if generation is None:
+        if conds:
+            raise ValueError("conditions are set for a generation")
+        out = {k: v for k, v in {**raw, **wire}.items() if v is not None}
+    else:
+        out = merge_status(raw, generation, *conds, **wire)
+    return model.model_validate(out)
+
+
+def _wire(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return stored(value)
+    if isinstance(value, list):
+        return [_wire(v) for v in value]
+    return value
+
+
+def conditions_of(status: Model) -> dict[str, Condition]:
+    """A status's conditions by type."""
+    return {c.type: c for c in getattr(status, "conditions", None) or []}
+
+
 def read_status(model: type[Model], raw: dict[str, Any]) -> dict[str, Any]:
     """A stored status as the status model knows it: what it has no field for (a key an older operator wrote), or
     holds in a form it does not take, is left out rather than refused, so that a pass never fails on what it
@@ -121,6 +163,11 @@ def _holds(data: Any, part: int | str) -> bool:
     if isinstance(data, dict):
         return part in data
     return isinstance(data, list) and isinstance(part, int) and part < len(data)
+
+
+def typed_status(model: type[S], raw: dict[str, Any]) -> S:
+    """A stored status as its model (what `read_status` keeps of it)."""
+    return model.model_validate(read_status(model, raw))
 
 
 def status_problems(model: type[Model], status: dict[str, Any]) -> list[str]:

@@ -88,7 +88,7 @@ def _draft_location(spec: SpeculatorDeploymentSpec, namespace: str) -> tuple[str
 
 
 def _observe_inputs(
-    name: str, namespace: str, spec: SpeculatorDeploymentSpec, generation: int, status: dict[str, Any]
+    name: str, namespace: str, spec: SpeculatorDeploymentSpec, generation: int, status: SpeculatorDeploymentStatus
 ) -> Observed:
     obs = Observed(generation=generation, status=status, child=current_child(namespace, name))
     if obs.child is not None and needs_pods(status):
@@ -308,7 +308,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
             one.refresh(parsed, refresh_cause(causes))
     one.status.write(ORDER)
     one.post()
-    if one.retry or (one.reconciled is not None and one.status.status.get("phase") == "Pending"):
+    if one.retry or (one.reconciled is not None and one.status.status.phase == "Pending"):
         # an input could not be read, or the apply failed: again later (the status says which and why)
         return Result(after=RETRY_SECONDS, cause=Cause.RETRY)
     return DONE

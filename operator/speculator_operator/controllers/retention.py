@@ -15,10 +15,11 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
-from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 from speculator_operator.domain.checkpoint.manifest import LATEST, PROVENANCE
 from speculator_operator.domain.checkpoint.sources import s3_client
 from speculator_operator.planning.retention import PUBLISHED, Published, prunable, references, retention_status
+from speculator_operator.planning.trainjob import retained
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube
 from speculator_operator.runtime.kube import CredentialsError, secret_data
@@ -68,8 +69,13 @@ def _cluster_references(pointer: str | None) -> set[str] | None:
 
 
 def prune_outputs(
-    body: kopf.Body, namespace: str, name: str, spec: SpeculatorTrainJobSpec, status: dict[str, Any], keep: int
-) -> dict[str, Any] | None:
+    body: kopf.Body,
+    namespace: str,
+    name: str,
+    spec: SpeculatorTrainJobSpec,
+    status: SpeculatorTrainJobStatus,
+    keep: int,
+) -> SpeculatorTrainJobStatus | None:
     """Delete the published folders under output.uri beyond the newest `keep` that nothing names; return the
     status with what was deleted and kept in status.retention (the pass writes it). A failure deletes nothing
     more, returns None and is retried later."""
@@ -98,4 +104,4 @@ def prune_outputs(
     if delete:
         message = f"deleted {len(delete)} published folder(s) beyond the newest {keep}: {', '.join(delete)}"
         kopf.event(body, type="Normal", reason="Pruned", message=message[:1024])
-    return {**status, "retention": retention_status(keep, delete, kept)}
+    return retained(status, retention_status(keep, delete, kept))

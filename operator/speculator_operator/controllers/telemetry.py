@@ -26,8 +26,8 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
 
-from speculator_operator.api.common import Condition
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.common import Condition, stored, typed_status
+from speculator_operator.api.deployment import PairEconomics, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, REVISION_LABEL
 from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.planning import Problem, parse_spec
@@ -173,16 +173,13 @@ async def _scrape_one(window: Window, target: dict[str, Any], now: float) -> Non
     window.observe(pod, revision, sample, now)
 
 
-def _economics(status: dict[str, Any]) -> Economics | None:
-    k = status.get("numSpeculativeTokens")
-    algorithm = status.get("algorithm")
-    if not isinstance(k, int) or k < 0 or not algorithm:  # 0: tuning switched speculation off
+def _economics(status: SpeculatorDeploymentStatus) -> Economics | None:
+    k, algorithm = status.num_speculative_tokens, status.algorithm
+    if k is None or k < 0 or not algorithm:  # 0: tuning switched speculation off
         return None
-    econ = status.get("economics") or {}
-    ratio = econ.get("costRatio")
-    max_k = econ.get("maxK")
-    cost = float(ratio) if isinstance(ratio, int | float) else None
-    return Economics(k=k, algorithm=str(algorithm), cost_ratio=cost, max_k=max_k if isinstance(max_k, int) else k)
+    econ = status.economics or PairEconomics()
+    max_k = econ.max_k if econ.max_k is not None else k
+    return Economics(k=k, algorithm=algorithm, cost_ratio=econ.cost_ratio, max_k=max_k)
 
 
 def _publish(namespace: str, name: str, acc: dict[str, Any]) -> None:
@@ -246,9 +243,9 @@ def deployment_gone(namespace: str, name: str, uid: str) -> None:
 async def scrape_acceptance(body: kopf.Body) -> None:
     spec, status, meta = body.spec, body.status, body.meta
     name, namespace, uid = meta["name"], meta.get("namespace"), meta["uid"]
-    current = dict(status or {})
+    current = typed_status(SpeculatorDeploymentStatus, dict(status or {}))
     econ = _economics(current)
-    revision = current.get("revision")
+    revision = current.revision
     parsed = parse_spec(SpeculatorDeploymentSpec, spec)
     if namespace is None or econ is None or not revision or isinstance(parsed, Problem):
         return  # nothing served yet: nothing to measure
@@ -258,7 +255,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     acc: dict[str, Any] | None = None
     refilling = False
     if econ.k == 0:  # tuning switched speculation off: nothing to scrape until a probe revision runs
-        cond = disabled_condition(generation, current.get("tuning"))
+        cond = disabled_condition(generation, stored(current.tuning) if current.tuning else None)
     else:
         window, since = _windows.get(uid) or (None, 0.0)
         if window is None or window.seconds != tuning.window_seconds:
@@ -269,7 +266,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
         targets = [t for t in found if t and t.get("ready")]
         now = time.monotonic()
         ready_since = _ready_since.setdefault(uid, now) if targets else _ready_since.pop(uid, None)
-        if not first_measure_due(current, bool(targets), ready_since, now, SCRAPE_INTERVAL):
+        if not first_measure_due(stored(current), bool(targets), ready_since, now, SCRAPE_INTERVAL):
             return  # nothing to say yet (a status write saved per rollout)
         window.keep_only({str(t["pod"]) for t in targets})
         await asyncio.gather(*(_scrape_one(window, t, now) for t in targets))
@@ -317,26 +314,24 @@ def held(key: tuple[str, str]) -> Judged | None:
 
 
 def judge(
-    spec: SpeculatorDeploymentSpec, current: dict[str, Any], judged: Judged, generation: int
-) -> tuple[dict[str, Any] | None, bool, list[tuple[str, str, str]]]:
+    spec: SpeculatorDeploymentSpec, current: SpeculatorDeploymentStatus, judged: Judged, generation: int
+) -> tuple[SpeculatorDeploymentStatus | None, bool, list[tuple[str, str, str]]]:
     """The status after a scrape's judgement (None: nothing to write), whether a tuned K rolls a new revision
     (the tuned state is then in that status: the render reads it from there), and the events. Pure: the pass
-    calls it with the status it read, the scrape with its own copy to know whether a pass is worth it."""
+    calls it with the status it read, the scrape with its own copy to know whether a pass is worth it. The
+    acceptance and tuning planners work on their blocks' wire form; what they give back is validated here into
+    the status model (a key it has no field for is an error, not a silent prune)."""
     econ = _economics(current)
     if econ is None:
         return None, False, []
     tuning = spec.serving.tuning
-    tuned = plan_tuning(
-        spec, current.get("tuning"), judged.acc, econ, time.time(), tuning.min_samples, blocked(current)
-    )
-    update = plan_update(current, judged.acc, judged.cond, tuned.state, judged.refilling)
+    raw = stored(current)
+    tuned = plan_tuning(spec, raw.get("tuning"), judged.acc, econ, time.time(), tuning.min_samples, blocked(current))
+    update = plan_update(raw, judged.acc, judged.cond, tuned.state, judged.refilling)
     events = update.events + tuned.events
     if tuned.rollout:
-        return (
-            {k: v for k, v in {**current, **update.status, "tuning": tuned.state}.items() if v is not None},
-            True,
-            events,
-        )
-    if update.status:
-        return {k: v for k, v in {**current, **update.status}.items() if v is not None}, False, events
-    return None, False, events
+        update.status["tuning"] = tuned.state
+    if not update.status:
+        return None, False, events
+    new = {k: v for k, v in {**raw, **update.status}.items() if v is not None}
+    return SpeculatorDeploymentStatus.model_validate(new), tuned.rollout, events

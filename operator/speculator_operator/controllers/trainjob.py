@@ -16,7 +16,7 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from speculator_operator.api.common import now
+from speculator_operator.api.common import evolve, now, stored
 from speculator_operator.api.labels import MANAGED_BY_LABEL, STAGE_LABEL, TRAINJOB_LABEL
 from speculator_operator.api.podcontract import parse_progress, progress_seconds
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
@@ -88,16 +88,16 @@ def refused_pods(namespace: str, job: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def observe(
-    name: str, namespace: str, spec: SpeculatorTrainJobSpec, generation: int, status: dict[str, Any]
+    name: str, namespace: str, spec: SpeculatorTrainJobSpec, generation: int, status: SpeculatorTrainJobStatus
 ) -> Observed:
     obs = Observed(generation=generation, status=status)
-    provenance = status.get("provenance") or {}
-    if provenance.get("verifierLayers") and provenance.get("verifierRevision"):
-        obs.verifier_layers = int(provenance["verifierLayers"])
-        obs.verifier_revision = provenance["verifierRevision"]
-        obs.verifier_content = provenance.get("verifierContent")
-        obs.verifier_model_type = provenance.get("verifierModelType")
-        obs.verifier_max_positions = provenance.get("verifierMaxPositions")
+    provenance = status.provenance
+    if provenance is not None and provenance.verifier_layers and provenance.verifier_revision:
+        obs.verifier_layers = provenance.verifier_layers
+        obs.verifier_revision = provenance.verifier_revision
+        obs.verifier_content = provenance.verifier_content
+        obs.verifier_model_type = provenance.verifier_model_type
+        obs.verifier_max_positions = provenance.verifier_max_positions
     else:
         location = spec.verifier.config_location
         try:
@@ -170,13 +170,13 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     obj = kopf.Body(cast(kopf.RawBody, body))
     for reason, message in events:
         kopf.event(obj, type="Normal", reason=reason, message=message)
-    metrics.stages_finished((body.get("status") or {}).get("stages"), p.status.get("stages"))
-    if result is DONE and p.status.get("phase") == "Pending":
+    metrics.stages_finished((body.get("status") or {}).get("stages"), stored(p.status).get("stages"))
+    if result is DONE and p.status.phase == "Pending":
         return Result(after=RETRY_SECONDS, cause=Cause.RETRY)  # waiting for the verifier; see status.conditions
     return result
 
 
-def _reconcile(body: dict[str, Any], status: PassStatus) -> tuple[Plan, Result]:
+def _reconcile(body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus]) -> tuple[Plan, Result]:
     meta = body["metadata"]
     namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid")
     current = status.status
@@ -311,17 +311,18 @@ def fold_progress(namespace: str, name: str) -> list[tuple[str, str]]:
     return events
 
 
-def _fold_progress(key: tuple[str, str], status: PassStatus) -> list[tuple[str, str]]:
+def _fold_progress(key: tuple[str, str], status: PassStatus[SpeculatorTrainJobStatus]) -> list[tuple[str, str]]:
     """The progress held for `key` into the pass's status, if its stage is still the running one; the events
     for the epochs it is the first to show."""
     held = _held.pop(key, None)
-    if held is None or status.status.get("stage") != held[0] or not progress.reading_due(status.status):
+    current = status.status
+    if held is None or current.stage != held[0] or not progress.reading_due(stored(current)):
         return []
-    old = status.status.get("progress") or {}
+    old = stored(current.progress) if current.progress is not None else {}
     new = progress.merged(old, held[1], held[0], now())
     if new == old:
         return []
-    status.set({**status.status, "progress": new}, "progress")
+    status.set(evolve(current, None, progress=new), "progress")
     return progress.epoch_events(old, new)
 
 

@@ -23,8 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from speculator_operator.api.common import make_condition, merge_status
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.common import evolve, make_condition, stored
+from speculator_operator.api.deployment import (
+    AuditSummary,
+    PairEconomics,
+    RenderNote,
+    ServedImage,
+    SpeculatorDeploymentSpec,
+    SpeculatorDeploymentStatus,
+)
 from speculator_operator.api.labels import REVISION_LABEL
 from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.checkpoint import AuditReport, Checkpoint, Manifest
@@ -41,7 +48,7 @@ MAX_FINDINGS = 20
 @dataclass
 class Observed:
     generation: int
-    status: dict[str, Any]
+    status: SpeculatorDeploymentStatus
     verifier_revision: str | None = None
     audit: AuditReport | None = None
     problem: tuple[str, str] | None = None  # (reason, message) when an input could not be read
@@ -56,23 +63,23 @@ class Observed:
 @dataclass
 class Plan:
     children: list[dict[str, Any]] | None
-    status: dict[str, Any]
+    status: SpeculatorDeploymentStatus
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
 
 
-def audit_summary(report: AuditReport) -> dict[str, Any]:
+def audit_summary(report: AuditReport) -> AuditSummary:
     findings = [f.as_dict() for f in report.findings if f.severity != "info"][:MAX_FINDINGS]
-    return {
-        "ok": report.ok,
-        "errors": len(report.errors),
-        "warnings": sum(1 for f in report.findings if f.severity == "warning"),
-        "findings": findings,
-    }
+    return AuditSummary(
+        ok=report.ok,
+        errors=len(report.errors),
+        warnings=sum(1 for f in report.findings if f.severity == "warning"),
+        findings=findings,
+    )
 
 
 def failed(obs: Observed, reason: str, message: str, phase: str = "Failed") -> Plan:
     gen = obs.generation
-    status = merge_status(obs.status, gen, make_condition(gen, "Ready", False, reason, message), phase=phase)
+    status = evolve(obs.status, gen, make_condition(gen, "Ready", False, reason, message), phase=phase)
     return Plan(None, status, [("Warning", reason, message)])
 
 
@@ -113,7 +120,7 @@ def serving_status(
 SERVER_CONTAINER = "vllm"
 
 
-def served_image(revision: str, pods: list[dict[str, Any]]) -> dict[str, str] | None:
+def served_image(revision: str, pods: list[dict[str, Any]]) -> ServedImage | None:
     """What the kubelet runs for `revision`: the rendered image and the imageID every ready pod of the revision
     reports for its server container (`ServedImage` on the wire); None while a ready pod reports none (kwok's
     fake pods) or two pods report different ones (a tag that moved between two pulls: not one image)."""
@@ -130,7 +137,7 @@ def served_image(revision: str, pods: list[dict[str, Any]]) -> dict[str, str] | 
     if len(seen) != 1:
         return None
     image, image_id = seen.pop()
-    return {"revision": revision, "image": image, "imageId": image_id}
+    return ServedImage(revision=revision, image=image, image_id=image_id)
 
 
 def _what(ck: Checkpoint) -> str:
@@ -144,7 +151,7 @@ def plan(
     if obs.problem is not None:
         reason, message = obs.problem
         keep = obs.child is not None
-        status = merge_status(
+        status = evolve(
             obs.status, gen,
             make_condition(gen, "Audited", None, reason, message),
             make_condition(gen, "Ready", False if not keep else None, "WaitingForInputs", message),
@@ -154,18 +161,18 @@ def plan(
     report = obs.audit
     assert report is not None
     ck = report.checkpoint
-    common = {
+    common: dict[str, Any] = {
         "release": release.name,
         "vllm": release.vllm,
         "algorithm": Algorithm.MTP.value if ck.stitched_mtp else ck.algorithm,
-        "verifierRevision": obs.verifier_revision,
-        "draftRevision": ck.revision,
-        "draftSource": obs.draft_source or spec.speculator.source,
+        "verifier_revision": obs.verifier_revision,
+        "draft_revision": ck.revision,
+        "draft_source": obs.draft_source or spec.speculator.source,
         "audit": audit_summary(report),
-        "economics": {
-            "costRatio": None if obs.cost_ratio is None else round(obs.cost_ratio, 6),
-            "maxK": ck.mtp_layers if ck.stitched_mtp else ck.speculative_tokens,
-        },
+        "economics": PairEconomics(
+            cost_ratio=None if obs.cost_ratio is None else round(obs.cost_ratio, 6),
+            max_k=ck.mtp_layers if ck.stitched_mtp else ck.speculative_tokens,
+        ),
     }
     verifier_cond = make_condition(
         gen, "VerifierCurrent", True, VerifierReason.RESOLVED, f"verifier at {obs.verifier_revision}"
@@ -175,7 +182,7 @@ def plan(
         first = report.errors[0]
         message = f"{len(report.errors)} audit error(s); first: {first.rule}: {first.message}"
         keep = obs.child is not None
-        status = merge_status(
+        status = evolve(
             obs.status, gen,
             make_condition(gen, "Audited", False, "AuditFailed", message),
             verifier_cond,
@@ -190,7 +197,7 @@ def plan(
         draft = draft_of(ck)
     except RenderError as exc:
         return failed(obs, "AuditFailed", str(exc))
-    tuned = applied(spec, obs.status.get("tuning"), draft.speculative_tokens)
+    tuned = applied(spec, obs.status.tuning, draft.speculative_tokens)
     inputs = Inputs(
         name,
         namespace,
@@ -206,7 +213,7 @@ def plan(
     )
     try:
         rendered = render(inputs)
-        kept = kept_revision(inputs, rendered, obs.status.get("revision"), obs.child)
+        kept = kept_revision(inputs, rendered, obs.status.revision, obs.child)
         if kept is not None:  # an earlier operator's name for this same pair: no rollout for a name
             rendered = render(replace(inputs, keep_revision=kept))
     except RenderError as exc:
@@ -214,13 +221,13 @@ def plan(
     serving = serving_status(spec, rendered.revision, obs.child, obs.pods)
     if obs.child is None:
         serving["reason"] = "RollingOut"  # its Deployment is applied right after this status is written
-    notes = [{"reason": reason, "message": message} for reason, message in rendered.notes]
+    notes = [RenderNote(reason=reason, message=message) for reason, message in rendered.notes]
     serving_reason, serving_message = (
         serving["reason"],
         serving.get("problem") or _revision_words(rendered.revision, notes),
     )
     ready = serving["ready"]
-    status = merge_status(
+    status = evolve(
         obs.status, gen,
         make_condition(gen, "Audited", True, "AuditPassed",
               f"{_what(ck)} passed {len(report.findings)} finding(s) without errors" if report.findings
@@ -232,77 +239,73 @@ def plan(
               f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {rendered.revision} ready"),
         phase="Ready" if ready else "Deploying",
         revision=rendered.revision,
-        renderNotes=notes or None,
-        numSpeculativeTokens=num_speculative_tokens(spec, draft, tuned),
+        render_notes=notes or None,
+        num_speculative_tokens=num_speculative_tokens(spec, draft, tuned),
         replicas=serving["replicas"],
-        readyReplicas=serving["readyReplicas"],
-        updatedReplicas=serving["updatedReplicas"],
+        ready_replicas=serving["readyReplicas"],
+        updated_replicas=serving["updatedReplicas"],
         **common,
     )  # fmt: skip
     image = served_image(rendered.revision, obs.pods) if ready and obs.pods else None
     if image is not None:
-        status["servedImage"] = image
+        status = evolve(status, None, served_image=image)
     events = []
-    if obs.status.get("revision") != rendered.revision:
+    if obs.status.revision != rendered.revision:
         events.append(("Normal", "RollingOut", f"applying revision {rendered.revision}"))
     return Plan(rendered.children, status, events)
 
 
 def refresh_serving(
     spec: SpeculatorDeploymentSpec,
-    status: dict[str, Any],
+    status: SpeculatorDeploymentStatus,
     child: dict[str, Any] | None,
     generation: int,
     pods: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+) -> SpeculatorDeploymentStatus:
     """The status after the child Deployment (or one of its pods) changed (no new audit, no new render).
     `updatedReplicas` alone moving is not worth a write: it is carried by the next change of readiness
     (a rollout costs a write per ready count, not one more per pod created)."""
-    if status.get("phase") not in ("Deploying", "Ready") or not status.get("revision"):
+    revision = status.revision
+    if status.phase not in ("Deploying", "Ready") or not revision:
         return status
-    serving = serving_status(spec, status["revision"], child, pods)
+    serving = serving_status(spec, revision, child, pods)
     ready = serving["ready"]
-    replicas = f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {status['revision']} ready"
-    said = _revision_words(status["revision"], status.get("renderNotes") or [])
-    new = merge_status(
+    replicas = f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {revision} ready"
+    said = _revision_words(revision, status.render_notes or [])
+    new = evolve(
         status, generation,
         make_condition(generation, "Serving", ready, serving["reason"], serving.get("problem") or said),
         make_condition(generation, "Ready", ready, "Ready" if ready else "RollingOut",
                        replicas + (f"; {serving['problem']}" if serving.get("problem") else "")),
         phase="Ready" if ready else "Deploying",
         replicas=serving["replicas"],
-        readyReplicas=serving["readyReplicas"],
-        updatedReplicas=serving["updatedReplicas"],
+        ready_replicas=serving["readyReplicas"],
     )  # fmt: skip
     if ready and pods:
-        image = served_image(status["revision"], pods)
+        image = served_image(revision, pods)
         if image is not None:
-            new["servedImage"] = image
-    if _without(new, "updatedReplicas") == _without(status, "updatedReplicas"):
-        return status
-    return new
+            new = evolve(new, None, served_image=image)
+    if stored(new) == stored(status):
+        return status  # `updatedReplicas` alone moving is carried by the next change
+    return evolve(new, None, updated_replicas=serving["updatedReplicas"])
 
 
-def _revision_words(revision: str, notes: list[dict[str, Any]]) -> str:
+def _revision_words(revision: str, notes: list[RenderNote]) -> str:
     """The Serving condition's message while nothing is wrong: the revision and the render's notes."""
-    return "; ".join([f"revision {revision}", *(f"{n.get('reason')}: {n.get('message')}" for n in notes)])
+    return "; ".join([f"revision {revision}", *(f"{n.reason}: {n.message}" for n in notes)])
 
 
-def _without(status: dict[str, Any], key: str) -> dict[str, Any]:
-    return {k: v for k, v in status.items() if k != key}
-
-
-def needs_pods(status: dict[str, Any]) -> bool:
+def needs_pods(status: SpeculatorDeploymentStatus) -> bool:
     """Whether the pods are worth reading: only while a revision is rolling out (a Ready resource costs
     no reads)."""
-    return status.get("phase") == "Deploying"
+    return status.phase == "Deploying"
 
 
-def apply_failed(status: dict[str, Any], generation: int, message: str) -> dict[str, Any]:
+def apply_failed(status: SpeculatorDeploymentStatus, generation: int, message: str) -> SpeculatorDeploymentStatus:
     """The status when the API server refused a child: not serving, with its words; retried."""
-    return merge_status(
+    return evolve(
         status, generation,
         make_condition(generation, "Serving", False, "ApplyFailed", message),
         make_condition(generation, "Ready", False, "ApplyFailed", message),
-        phase="Degraded" if status.get("readyReplicas") else "Deploying",
+        phase="Degraded" if status.ready_replicas else "Deploying",
     )  # fmt: skip

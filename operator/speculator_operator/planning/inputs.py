@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
-from speculator_operator.api.common import condition, make_condition, merge_status
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.common import conditions_of, evolve, make_condition, stored
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 
 
 class InputAction(StrEnum):
@@ -30,14 +29,14 @@ class VerifierReason(StrEnum):
 
 
 def verifier_change(
-    spec: SpeculatorDeploymentSpec, status: dict[str, Any], resolved: str | None, generation: int
-) -> tuple[InputAction, dict[str, Any] | None]:
+    spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, resolved: str | None, generation: int
+) -> tuple[InputAction, SpeculatorDeploymentStatus | None]:
     """What a newly resolved verifier revision means: (the action, the status to write if any).
 
     Redeploy re-audits the draft against the new verifier and rolls both out together (or keeps the
     last good pair serving if the audit fails); Pause and Retrain only report VerifierCurrent=False.
     """
-    old = status.get("verifierRevision")
+    old = status.verifier_revision
     if resolved is None or old is None or resolved == old:
         return InputAction.NONE, None
     policy = spec.upgrade_policy.on_verifier_change
@@ -48,7 +47,7 @@ def verifier_change(
             VerifierReason.CHANGED,
             f"the verifier moved from {old} to {resolved}; upgradePolicy is Pause: nothing is rolled out",
         )
-        return InputAction.PAUSE, merge_status(
+        return InputAction.PAUSE, evolve(
             status, generation, make_condition(generation, "VerifierCurrent", False, reason, message)
         )
     return InputAction.RETRAIN, None
@@ -59,25 +58,26 @@ class DraftChange:
     """What a newly resolved draft revision means under upgradePolicy.onDraftChange."""
 
     action: InputAction
-    status: dict[str, Any] | None = None  # the status to write (pause)
+    status: SpeculatorDeploymentStatus | None = None  # the status to write (pause)
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def draft_change(
-    spec: SpeculatorDeploymentSpec, status: dict[str, Any], resolved: str | None, generation: int
+    spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, resolved: str | None, generation: int
 ) -> DraftChange:
     """The draft's bytes moved under the same source (a file replaced in place, a pointer moved to a new
     publish). Redeploy: audit the new draft and roll the pair out together. Pause: DraftCurrent=False and
     nothing moves; a replica of the old revision that restarts then finds its audited bytes gone (unless
     the old location is immutable) and refuses to start rather than serve what was not audited.
     Retrain means nothing here: a new draft needs no new training."""
-    old = status.get("draftRevision")
+    old = status.draft_revision
     if resolved is None or old is None or resolved == old:
         return DraftChange(InputAction.NONE)
-    source = spec.speculator.source or status.get("draftSource")
+    source = spec.speculator.source or status.draft_source
     message = f"the draft at {source} moved from {old} to {resolved}"
-    verifier = condition(status.get("conditions") or [], "VerifierCurrent") or {}
-    verifier_paused = verifier.get("reason") == VerifierReason.CHANGED  # a roll-out would move the verifier too
+    verifier = conditions_of(status).get("VerifierCurrent")
+    # a roll-out would move the verifier too
+    verifier_paused = verifier is not None and verifier.reason == VerifierReason.CHANGED
     if spec.upgrade_policy.on_draft_change == "Redeploy" and not verifier_paused:
         return DraftChange(
             InputAction.REDEPLOY, None, [("Normal", "DraftChanged", f"{message}; auditing it to roll it out")]
@@ -87,8 +87,6 @@ def draft_change(
         f"; {why}: nothing is rolled out, and replicas that restart cannot stage the audited bytes unless they "
         "are still where they were"
     )
-    paused = merge_status(
-        status, generation, make_condition(generation, "DraftCurrent", False, "DraftChanged", message)
-    )
-    events = [] if paused == status else [("Warning", "DraftChanged", message)]
+    paused = evolve(status, generation, make_condition(generation, "DraftCurrent", False, "DraftChanged", message))
+    events = [] if stored(paused) == stored(status) else [("Warning", "DraftChanged", message)]
     return DraftChange(InputAction.PAUSE, paused, events)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speculator_operator.api.labels import DRAFT_ANNOTATION
+from speculator_operator.api.trainjob import Retention
 
 PUBLISHED = re.compile(r"^sha256-[0-9a-f]{16}$")
 
@@ -77,5 +78,5 @@ def retention_due(keep_latest: int | None, output_uri: str, status: dict[str, An
     return bool(keep_latest) and output_uri.startswith("s3://") and "retention" not in status
 
 
-def retention_status(keep_latest: int, deleted: list[str], kept: list[str]) -> dict[str, Any]:
-    return {"keepLatest": keep_latest, "deleted": deleted, "kept": kept}
+def retention_status(keep_latest: int, deleted: list[str], kept: list[str]) -> Retention:
+    return Retention(keep_latest=keep_latest, deleted=deleted, kept=kept)

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from speculator_operator.api.common import API_VERSION, make_condition, merge_status
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.common import API_VERSION, evolve, make_condition
+from speculator_operator.api.deployment import RetrainStatus, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import RETRAINS_LABEL
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.planning import Problem
@@ -52,13 +52,13 @@ def retrain_job(
     return {"apiVersion": API_VERSION, "kind": "SpeculatorTrainJob", "metadata": meta, "spec": body}
 
 
-def retrain_status(status: dict[str, Any], generation: int, job: str | None, revision: str,
-                   error: str | None) -> dict[str, Any]:  # fmt: skip
+def retrain_status(status: SpeculatorDeploymentStatus, generation: int, job: str | None, revision: str,
+                   error: str | None) -> SpeculatorDeploymentStatus:  # fmt: skip
     """VerifierCurrent=False while a retraining runs (or why it could not start); the pair keeps serving."""
-    old = status.get("verifierRevision")
+    old = status.verifier_revision
     if job is None:
         message = f"the verifier moved from {old} to {revision}; no retraining: {error}; the current pair keeps serving"
-        return merge_status(
+        return evolve(
             status,
             generation,
             make_condition(generation, "VerifierCurrent", False, VerifierReason.RETRAIN_UNAVAILABLE, message),
@@ -66,7 +66,7 @@ def retrain_status(status: dict[str, Any], generation: int, job: str | None, rev
     message = (f"the verifier moved from {old} to {revision}; SpeculatorTrainJob {job} trains a draft for it; "
                "the current pair keeps serving until the new draft passes its audit")  # fmt: skip
     retraining = make_condition(generation, "VerifierCurrent", False, VerifierReason.RETRAINING, message)
-    return merge_status(status, generation, retraining, retrain={"job": job, "verifierRevision": revision})
+    return evolve(status, generation, retraining, retrain=RetrainStatus(job=job, verifier_revision=revision))
 
 
 def train_job_output(stj: dict[str, Any] | None, job: str, verifier_model: str) -> tuple[str, str | None] | Problem:
@@ -89,33 +89,33 @@ def train_job_output(stj: dict[str, Any] | None, job: str, verifier_model: str) 
     return uri, ((spec.get("output") or {}).get("credentials") or {}).get("name")
 
 
-def holds_for_retrain(status: dict[str, Any], generation: int) -> bool:
+def holds_for_retrain(status: SpeculatorDeploymentStatus, generation: int) -> bool:
     """A retraining is in flight and nothing was asked since: the pair stays pinned to its old verifier
     (a resumed operator must not move it to the new revision with the old draft)."""
-    return bool(status.get("retrain")) and status.get("observedGeneration") == generation
+    return status.retrain is not None and status.observed_generation == generation
 
 
-def retrain_due(spec: SpeculatorDeploymentSpec, action: InputAction, status: dict[str, Any], revision: str) -> bool:
+def retrain_due(
+    spec: SpeculatorDeploymentSpec, action: InputAction, status: SpeculatorDeploymentStatus, revision: str
+) -> bool:
     """Whether a new verifier revision starts a retraining: Retrain always (once per revision); Redeploy
     when the draft failed its audit against it (Degraded) and a train template is given."""
-    if (status.get("retrain") or {}).get("verifierRevision") == revision:
+    if status.retrain is not None and status.retrain.verifier_revision == revision:
         return False
     if action == InputAction.RETRAIN:
         return True
-    return (
-        action == InputAction.REDEPLOY
-        and status.get("phase") == "Degraded"
-        and bool(spec.upgrade_policy.train_template)
-    )
+    return action == InputAction.REDEPLOY and status.phase == "Degraded" and bool(spec.upgrade_policy.train_template)
 
 
-def adopt_retrain(previous: dict[str, Any], planned: dict[str, Any]) -> dict[str, Any]:
+def adopt_retrain(
+    previous: SpeculatorDeploymentStatus, planned: SpeculatorDeploymentStatus
+) -> SpeculatorDeploymentStatus:
     """The planned status, without `retrain` once the retrained pair is the one being rolled out."""
-    retrain = previous.get("retrain") or {}
+    retrain = previous.retrain
     if (
-        retrain
-        and planned.get("phase") in ("Deploying", "Ready")
-        and (planned.get("verifierRevision") == retrain.get("verifierRevision"))
+        retrain is not None
+        and planned.phase in ("Deploying", "Ready")
+        and planned.verifier_revision == retrain.verifier_revision
     ):
-        return {k: v for k, v in planned.items() if k != "retrain"}
+        return evolve(planned, None, retrain=None)
     return planned

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from speculator_operator.api.common import Condition, SecretRef, make_condition, merge_status, now
+from speculator_operator.api.common import Condition, SecretRef, conditions_of, evolve, make_condition, now, stored
 from speculator_operator.api.podcontract import FAILED_EVALUATIONS, EvaluationOutcome, StageReport
-from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.api.trainjob import Retention, SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 from speculator_operator.domain.algorithms import MTP_COUNT_KEY, Algorithm
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import progress
@@ -56,7 +56,7 @@ NO_REPORT = StageReport.model_validate({})  # what a stage that left no report r
 @dataclass
 class Observed:
     generation: int
-    status: dict[str, Any]
+    status: SpeculatorTrainJobStatus
     verifier_layers: int | None = None
     verifier_revision: str | None = None
     verifier_content: str | None = None  # the identity of the verifier files vLLM reads
@@ -80,7 +80,7 @@ class Observed:
 class Plan:
     apply: list[dict[str, Any]]
     delete: list[tuple[str, str, str]]  # (apiVersion, kind, name)
-    status: dict[str, Any]
+    status: SpeculatorTrainJobStatus
     events: list[tuple[str, str, str]] = field(default_factory=list)
     handoff: tuple[str, str] | None = None  # (SpeculatorDeployment, checkpoint uri)
     prune: int | None = None  # apply output.keepLatest (keep this many) under output.uri now
@@ -95,13 +95,14 @@ def _stop_servers(obs: Observed) -> list[tuple[str, str, str]]:
 
 
 def failed(obs: Observed, reason: str, message: str, fields: dict[str, Any] | None = None) -> Plan:
+    """The run failed for good: `fields` are more status fields (by their Python names) to set with it."""
     gen = obs.generation
-    status = merge_status(
+    status = evolve(
         obs.status, gen,
         make_condition(gen, "Ready", False, reason, message), make_condition(gen, "Failed", True, reason, message),
-        phase="Failed", completionTime=obs.status.get("completionTime") or now(), **(fields or {}),
+        phase="Failed", completion_time=obs.status.completion_time or now(), **(fields or {}),
     )  # fmt: skip
-    events = [] if obs.status.get("phase") == "Failed" else [("Warning", reason, message)]
+    events = [] if obs.status.phase == "Failed" else [("Warning", reason, message)]
     return Plan([], _stop_servers(obs), status, events)
 
 
@@ -142,7 +143,8 @@ def _progress(spec: SpeculatorTrainJobSpec, obs: Observed) -> dict[str, Any]:
     prepared = obs.reports.get("prepare", NO_REPORT)
     extracted = obs.reports.get("extract", NO_REPORT)
     trained = obs.reports.get("train", NO_REPORT)
-    live = {k: v for k, v in (obs.status.get("progress") or {}).items() if k in progress.LIVE}
+    stored_progress = stored(obs.status.progress) if obs.status.progress is not None else {}
+    live = {k: v for k, v in stored_progress.items() if k in progress.LIVE}
     if live.get("stage") in obs.reports:
         live.pop("etaSeconds", None)
     out = {
@@ -178,7 +180,8 @@ def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[
         "evaluation": inputs.evaluation,
         "commands": {s.name: " ".join(s.command) for s in all_stages},
         # what the kubelet ran: kept from earlier passes, since a finished stage's pods may be gone by now
-        "images": {**((obs.status.get("provenance") or {}).get("images") or {}), **obs.images} or None,
+        "images": {**((obs.status.provenance.images if obs.status.provenance else None) or {}), **obs.images}
+        or None,
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -188,15 +191,13 @@ def plan(
 ) -> Plan:
     gen = obs.generation
     current_status = obs.status
-    if current_status.get("phase") == "Succeeded" and not obs.servers:
+    if current_status.phase == "Succeeded" and not obs.servers:
         # a finished run stays finished; only the hand-off may still be due. A failed run is planned
         # again: deleting the failed stage's Job (after fixing the cause) runs that stage again.
         return _finished(name, spec, obs)
     if obs.problem is not None:
         reason, message = obs.problem
-        status = merge_status(
-            current_status, gen, make_condition(gen, "Ready", False, reason, message), phase="Pending"
-        )
+        status = evolve(current_status, gen, make_condition(gen, "Ready", False, reason, message), phase="Pending")
         return Plan([], [], status, [("Warning", reason, message)])
     assert obs.verifier_layers is not None
     if spec.algorithm == Algorithm.MTP.value and obs.verifier_model_type not in MTP_COUNT_KEY:
@@ -244,7 +245,7 @@ def plan(
 
     fields: dict[str, Any] = {
         "stages": stage_rows,
-        "startTime": current_status.get("startTime") or now(),
+        "start_time": current_status.start_time or now(),
         "progress": _progress(spec, obs),
         "provenance": _provenance(inputs, obs, all_stages),
     }
@@ -260,13 +261,13 @@ def plan(
         if current.name == "evaluate" and evaluated and evaluated.get("outcome") in FAILED_EVALUATIONS:
             reason = str(evaluated["outcome"])
             message = f"stage evaluate: {_evaluation_words(evaluated)}; nothing was published"
-        status = merge_status(
+        status = evolve(
             current_status, gen, *conds,
             make_condition(gen, "Ready", False, "StageFailed", message),
             make_condition(gen, "Failed", True, reason, message),
-            phase="Failed", completionTime=current_status.get("completionTime") or now(), **fields,
+            phase="Failed", completion_time=current_status.completion_time or now(), **fields,
         )  # fmt: skip
-        events = [] if current_status.get("phase") == "Failed" else [("Warning", reason, message)]
+        events = [] if current_status.phase == "Failed" else [("Warning", reason, message)]
         return Plan([], _stop_servers(obs), status, events)
 
     apply: list[dict[str, Any]] = []
@@ -274,7 +275,7 @@ def plan(
     if claim:
         apply.append(claim)
     delete = [x for role, dep in obs.servers.items() if role != current.server for x in _stop_servers(
-        Observed(gen, {}, servers={role: dep}))]  # fmt: skip
+        Observed(gen, SpeculatorTrainJobStatus(), servers={role: dep}))]  # fmt: skip
     ready_reason, message = "Running", f"stage {current.name} running"
     exists = obs.jobs.get(current.name) is not None
     if current.server:
@@ -298,16 +299,16 @@ def plan(
         for row in stage_rows:
             if row["name"] == current.name:
                 row["message"] = message
-    status = merge_status(
+    status = evolve(
         current_status, gen, *conds,
         make_condition(gen, "Ready", False, ready_reason, message),
         make_condition(gen, "Failed", False, "Running", message),
-        phase=current.phase, completionTime=None, **fields,
+        phase=current.phase, completion_time=None, **fields,
     )  # fmt: skip
     events = []
-    if current_status.get("phase") == "Failed":
+    if current_status.phase == "Failed":
         events.append(("Normal", "Resumed", f"stage {current.name} runs again"))
-    elif current_status.get("stage") != current.name:
+    elif current_status.stage != current.name:
         events.append(("Normal", "StageStarted", f"stage {current.name}"))
     return Plan(apply, delete, status, events)
 
@@ -360,15 +361,15 @@ def _still_late(obs: Observed, stage: Stage, exists: bool) -> dict[str, Any] | N
     nothing else would hold it) until its spec changes, e.g. a longer evaluation.timeoutSeconds: the evaluation
     it stored says so. A run that fe501e0 failed so stored only the Failed condition's reason (read as the enum:
     the run is not started again on an upgrade)."""
-    if stage.name != "evaluate" or exists or obs.status.get("phase") != "Failed":
+    if stage.name != "evaluate" or exists or obs.status.phase != "Failed":
         return None
-    if obs.status.get("observedGeneration") != obs.generation:
+    if obs.status.observed_generation != obs.generation:
         return None
-    evaluation = obs.status.get("evaluation") or {}
-    if evaluation.get("outcome") == EvaluationOutcome.SERVER_NOT_READY:
-        return dict(evaluation)
-    failed_: dict[str, Any] = next((c for c in obs.status.get("conditions") or [] if c.get("type") == "Failed"), {})
-    if not evaluation and failed_.get("reason") == EvaluationOutcome.SERVER_NOT_READY:
+    evaluation = obs.status.evaluation
+    if evaluation is not None and evaluation.outcome == EvaluationOutcome.SERVER_NOT_READY:
+        return stored(evaluation)
+    failed_ = conditions_of(obs.status).get("Failed")
+    if evaluation is None and failed_ is not None and failed_.reason == EvaluationOutcome.SERVER_NOT_READY:
         return {"outcome": EvaluationOutcome.SERVER_NOT_READY.value}
     return None
 
@@ -405,17 +406,17 @@ def _succeeded(
     checkpoint = {"uri": published.uri or spec.output.uri, "digest": published.digest}
     audit = obs.reports.get("audit", NO_REPORT).audit
     message = f"published {checkpoint['uri']}" + (f" ({checkpoint['digest']})" if checkpoint["digest"] else "")
-    status = merge_status(
+    status = evolve(
         obs.status, gen, *conds,
         make_condition(gen, "Published", True, "Published", message),
         make_condition(gen, "Ready", True, "Succeeded", message),
         make_condition(gen, "Failed", False, "Succeeded", message),
-        phase="Succeeded", stage=None, completionTime=obs.status.get("completionTime") or now(),
+        phase="Succeeded", stage=None, completion_time=obs.status.completion_time or now(),
         checkpoint={k: v for k, v in checkpoint.items() if v}, audit=audit, **fields,
     )  # fmt: skip
-    events = [] if obs.status.get("phase") == "Succeeded" else [("Normal", "Succeeded", message)]
+    events = [] if obs.status.phase == "Succeeded" else [("Normal", "Succeeded", message)]
     handoff = None
-    if spec.deploy_to and obs.status.get("deployedTo") != spec.deploy_to:
+    if spec.deploy_to and obs.status.deployed_to != spec.deploy_to:
         handoff = (spec.deploy_to, str(checkpoint["uri"]))
     return Plan([], _stop_servers(obs), status, events, handoff, _prune(spec, status))
 
@@ -423,21 +424,29 @@ def _succeeded(
 def _finished(name: str, spec: SpeculatorTrainJobSpec, obs: Observed) -> Plan:
     status = obs.status
     handoff = None
-    if spec.deploy_to and status.get("deployedTo") != spec.deploy_to:
-        handoff = (spec.deploy_to, (status.get("checkpoint") or {}).get("uri") or spec.output.uri)
+    if spec.deploy_to and status.deployed_to != spec.deploy_to:
+        published = status.checkpoint.uri if status.checkpoint else None
+        handoff = (spec.deploy_to, published or spec.output.uri)
     return Plan([], [], status, [], handoff, _prune(spec, status))
 
 
-def _prune(spec: SpeculatorTrainJobSpec, status: dict[str, Any]) -> int | None:
+def _prune(spec: SpeculatorTrainJobSpec, status: SpeculatorTrainJobStatus) -> int | None:
     keep = spec.output.keep_latest
-    return keep if keep is not None and retention_due(keep, spec.output.uri, status) else None
+    return keep if keep is not None and retention_due(keep, spec.output.uri, stored(status)) else None
 
 
-def handed_off(status: dict[str, Any], generation: int, target: str, reason: str, message: str) -> dict[str, Any]:
+def handed_off(
+    status: SpeculatorTrainJobStatus, generation: int, target: str, reason: str, message: str
+) -> SpeculatorTrainJobStatus:
     """The status after a hand-off attempt to `target`."""
     ok = reason in ("Patched", "Following")
-    return merge_status(status, generation, make_condition(generation, "HandedOff", ok, reason, message),
-                 deployedTo=target if ok else status.get("deployedTo"))  # fmt: skip
+    return evolve(status, generation, make_condition(generation, "HandedOff", ok, reason, message),
+                  deployed_to=target if ok else status.deployed_to)  # fmt: skip
+
+
+def retained(status: SpeculatorTrainJobStatus, retention: Retention) -> SpeculatorTrainJobStatus:
+    """The status once output.keepLatest has been applied (what was deleted and what was kept)."""
+    return evolve(status, None, retention=retention)
 
 
 def resync_due(spec: dict[str, Any], status: dict[str, Any]) -> bool:

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.common import conditions_of
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus, TuningStatus
 from speculator_operator.domain.economics import cutoff_schedule, draft_forwards, speedup
 from speculator_operator.render.serving import Tuned
 from speculator_operator.telemetry.acceptance import Economics
@@ -52,29 +53,21 @@ def leaves_k_to_operator(spec: SpeculatorDeploymentSpec) -> bool:
     return spec.serving.tuning.mode == "Auto" and spec.serving.num_speculative_tokens == "auto"
 
 
-def applied(spec: SpeculatorDeploymentSpec, state: dict[str, Any] | None, checkpoint_k: int) -> Tuned | None:
+def applied(spec: SpeculatorDeploymentSpec, state: TuningStatus | None, checkpoint_k: int) -> Tuned | None:
     """The tuned K and schedule to render from `status.tuning`, or None (the spec's or checkpoint's K).
     The spec's current bounds win over an older tuned value."""
-    if not leaves_k_to_operator(spec) or not state or state.get("mode") != "Auto":
+    if not leaves_k_to_operator(spec) or state is None or state.mode != "Auto" or state.k is None:
         return None
-    k = state.get("k")
-    if not isinstance(k, int) or isinstance(k, bool):
-        return None
+    k = state.k
     lo, hi = bounds(spec, checkpoint_k)
     if k == 0:
         if spec.serving.tuning.allow_disable:
             return Tuned(0)
-        probe_k = state.get("probeK")
-        k = probe_k if isinstance(probe_k, int) else hi
+        k = state.probe_k if state.probe_k is not None else hi
     clamped = max(lo, min(hi, k))
-    raw = state.get("schedule")
-    if clamped != k or not isinstance(raw, list) or not raw:
+    if clamped != k or not state.schedule or any(len(r) != 3 for r in state.schedule):
         return Tuned(clamped)
-    try:
-        schedule = tuple((int(s), int(e), min(int(kk), clamped)) for s, e, kk in raw)
-    except (TypeError, ValueError):
-        return Tuned(clamped)
-    return Tuned(clamped, schedule)
+    return Tuned(clamped, tuple((s, e, min(kk, clamped)) for s, e, kk in state.schedule))
 
 
 def tuned_schedule(
@@ -119,17 +112,18 @@ class TuningPlan:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
 
 
-def blocked(status: dict[str, Any]) -> str | None:
+def blocked(status: SpeculatorDeploymentStatus) -> str | None:
     """Why a tuned revision may not roll now: a reconcile would also carry an input change the user has
     not let through (a paused verifier or draft change, a retraining in flight) or the pair is not served."""
-    conditions = {c.get("type"): c for c in status.get("conditions") or []}
-    if status.get("retrain"):
+    conditions = conditions_of(status)
+    if status.retrain is not None:
         return "a retraining is in flight"
     for kind in ("VerifierCurrent", "DraftCurrent"):
-        if (conditions.get(kind) or {}).get("status") == "False":
-            return f"{kind} is False ({conditions[kind].get('reason')})"
-    if status.get("phase") not in ("Ready", "Deploying"):
-        return f"the deployment is {status.get('phase')}"
+        found = conditions.get(kind)
+        if found is not None and found.status == "False":
+            return f"{kind} is False ({found.reason})"
+    if status.phase not in ("Ready", "Deploying"):
+        return f"the deployment is {status.phase}"
     return None
 
 

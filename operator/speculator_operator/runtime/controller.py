@@ -21,9 +21,9 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Generic
 
-from speculator_operator.api.common import Model, read_status, status_problems
+from speculator_operator.api.common import S, read_status, status_problems, stored
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime.kube import unreachable
 from speculator_operator.runtime.schedule import Generations
@@ -129,34 +129,36 @@ class StatusRefused(Exception):
     API server would prune an unknown key without a word)."""
 
 
-class PassStatus:
-    """The status one pass writes: the stored one as read at the start (as its model knows it: keys an older
-    operator wrote and this one has no field for are left out, api/common.read_status), the steps' changes to a
-    working copy, and one patch of what changed at the end, labelled by the first of the causes in `order` it
-    has. The status about to be written is checked against the model first (api/common.status_problems)."""
+class PassStatus(Generic[S]):
+    """The status one pass writes, as its typed model: the stored one as read at the start (as the model knows
+    it: keys an older operator wrote and this one has no field for are left out, api/common.read_status), the
+    steps' changes (each a new model from a planner), and one patch of what changed at the end, labelled by the
+    first of the causes in `order` it has. The status about to be written is checked against the model once more
+    (api/common.status_problems): a planner's model is validated when built, this guards what is sent."""
 
-    def __init__(self, model: type[Model], plural: str, namespace: str, name: str, stored: dict[str, Any]) -> None:
+    def __init__(self, model: type[S], plural: str, namespace: str, name: str, raw: dict[str, Any]) -> None:
         self.model, self.plural, self.namespace, self.name = model, plural, namespace, name
-        self.stored = read_status(model, stored)
-        self.status = dict(self.stored)
+        self.stored = read_status(model, raw)
+        self.status: S = model.model_validate(self.stored)
         self.causes: list[str] = []
 
-    def set(self, new: dict[str, Any], cause: str) -> None:
+    def set(self, new: S, cause: str) -> None:
         """The status after one step of the pass; `cause` is recorded if the step changed it."""
-        if new != self.status and cause not in self.causes:
+        if stored(new) != stored(self.status) and cause not in self.causes:
             self.causes.append(cause)
-        self.status = dict(new)
+        self.status = new
 
     def write(self, order: Iterable[str] = ()) -> bool:
         """Write what changed since the pass read the object (nothing when nothing did); True if it wrote."""
-        if not kube.status_patch(self.stored, self.status):
+        status = stored(self.status)
+        if not kube.status_patch(self.stored, status):
             return False
-        problems = status_problems(self.model, self.status)
+        problems = status_problems(self.model, status)
         if problems:
             raise StatusRefused(f"{self.model.__name__} of {self.namespace}/{self.name}: {'; '.join(problems)}")
         cause = next((c for c in order if c in self.causes), self.causes[0] if self.causes else "reconcile")
-        kube.patch_status(self.plural, self.namespace, self.name, self.stored, self.status, cause)
-        self.stored = dict(self.status)
+        kube.patch_status(self.plural, self.namespace, self.name, self.stored, status, cause)
+        self.stored = status
         return True
 
 
