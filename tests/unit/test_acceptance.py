@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from speculator_operator.api.common import evolve
+from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentStatus
 from speculator_operator.domain.economics import alpha_from_mean_length, break_even_alpha, expected_tokens, speedup
 from speculator_operator.planning import apply_merge_patch, merge_patch
 from speculator_operator.telemetry.acceptance import (
@@ -67,12 +69,12 @@ def test_the_rate_is_not_alpha() -> None:
     accepted = (mean_length - 1) * drafts
     totals = Totals(drafts=drafts, draft_tokens=k * drafts, accepted=accepted, per_position=[], span=60, counted=1)
     acc = acceptance_status(totals, Economics(k, "eagle3", c, 3), revision="r", observed_at="t", min_samples=100)
-    assert acc["rate"] == pytest.approx(0.0827, abs=1e-3)
-    assert acc["alpha"] == pytest.approx(0.2, abs=1e-4)
-    assert acc["breakEvenAlpha"] == pytest.approx(0.128, abs=2e-3)
-    assert acc["rate"] < acc["breakEvenAlpha"] < acc["alpha"]
-    assert acc["predictedSpeedup"] == pytest.approx(speedup(0.2, 3, c), abs=1e-3)
-    assert acc["predictedSpeedup"] > 1
+    assert acc.rate == pytest.approx(0.0827, abs=1e-3)
+    assert acc.alpha == pytest.approx(0.2, abs=1e-4)
+    assert acc.break_even_alpha == pytest.approx(0.128, abs=2e-3)
+    assert acc.rate < acc.break_even_alpha < acc.alpha
+    assert acc.predicted_speedup == pytest.approx(speedup(0.2, 3, c), abs=1e-3)
+    assert acc.predicted_speedup > 1
     assert effective_condition(acc, 1, 100).status == "True"
 
 
@@ -143,7 +145,7 @@ def test_a_pod_that_recovers_is_counted_again() -> None:
     assert totals.drafts == 10
 
 
-def _acc(drafts: float, accepted_per_draft: float, k: int = 3, c: float | None = 0.05, counted: int = 1) -> dict:
+def _acc(drafts: float, accepted_per_draft: float, k: int = 3, c: float | None = 0.05, counted: int = 1) -> Acceptance:
     totals = Totals(
         drafts=drafts,
         draft_tokens=k * drafts,
@@ -158,8 +160,8 @@ def _acc(drafts: float, accepted_per_draft: float, k: int = 3, c: float | None =
 def test_conditions() -> None:
     good = _acc(1000, 2.9)
     assert effective_condition(good, 3, 100).reason == "AboveBreakEven"
-    assert good["percent"] == "96.7%"
-    assert good["perPosition"] == [0.9, 0.8, 0.7]
+    assert good.percent == "96.7%"
+    assert good.per_position == [0.9, 0.8, 0.7]
     bad = _acc(1000, 0.01)
     cond = effective_condition(bad, 3, 100)
     assert (cond.status, cond.reason) == ("False", "BelowBreakEven")
@@ -180,8 +182,8 @@ def test_conditions() -> None:
 
 
 def test_recommended_k_within_the_checkpoint() -> None:
-    assert _acc(1000, 2.99)["recommendedK"] == 5  # near-perfect acceptance: as many as the checkpoint allows
-    assert _acc(1000, 0.0)["recommendedK"] == 0  # nothing accepted: do not speculate
+    assert _acc(1000, 2.99).recommended_k == 5  # near-perfect acceptance: as many as the checkpoint allows
+    assert _acc(1000, 0.0).recommended_k == 0  # nothing accepted: do not speculate
 
 
 def test_only_material_changes_are_written() -> None:
@@ -189,10 +191,10 @@ def test_only_material_changes_are_written() -> None:
     assert not changed_materially(a, _acc(1010, 2.0001))
     assert changed_materially(a, _acc(1000, 1.5))
     assert changed_materially(None, a)
-    moved = dict(a, revision="r2")
+    moved = evolve(a, None, revision="r2")
     assert changed_materially(a, moved)
     # the drafts count alone is not (it swings with how many scrapes the window holds)
-    assert not changed_materially(a, dict(a, drafts=1500))
+    assert not changed_materially(a, evolve(a, None, drafts=1500))
 
 
 def test_merge_patch_removes_what_is_gone() -> None:
@@ -212,15 +214,16 @@ def test_a_merge_patch_applied_gives_what_it_was_made_from() -> None:
 
 
 def test_the_first_measure_waits_for_the_resources_ready_or_a_whole_interval_of_a_ready_pod() -> None:
-    deploying = {"phase": "Deploying"}
+    deploying, ready = SpeculatorDeploymentStatus(phase="Deploying"), SpeculatorDeploymentStatus(phase="Ready")
     # no ready pod: nothing to measure
     assert not first_measure_due(deploying, False, None, 100.0, 30.0)
-    assert not first_measure_due({"phase": "Ready"}, False, None, 100.0, 30.0)
+    assert not first_measure_due(ready, False, None, 100.0, 30.0)
     # a pod just turned ready while the resource still rolls out: not yet
     assert not first_measure_due(deploying, True, 100.0, 100.0, 30.0)
     assert not first_measure_due(deploying, True, 80.0, 100.0, 30.0)
     # the resource is Ready, or the pod has been ready a whole interval (a rollout stuck short of all)
-    assert first_measure_due({"phase": "Ready"}, True, 100.0, 100.0, 30.0)
+    assert first_measure_due(ready, True, 100.0, 100.0, 30.0)
     assert first_measure_due(deploying, True, 70.0, 100.0, 30.0)
     # once measured, always (a later rollout's pods are measured as they come)
-    assert first_measure_due({"phase": "Deploying", "acceptance": {"rate": 0.5}}, False, None, 100.0, 30.0)
+    measured = SpeculatorDeploymentStatus.model_validate({"phase": "Deploying", "acceptance": {"rate": 0.5}})
+    assert first_measure_due(measured, False, None, 100.0, 30.0)

@@ -9,8 +9,13 @@ from typing import Any
 
 import pytest
 
-from speculator_operator.api.common import make_condition
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus, TuningStatus
+from speculator_operator.api.common import make_condition, stored
+from speculator_operator.api.deployment import (
+    Acceptance,
+    SpeculatorDeploymentSpec,
+    SpeculatorDeploymentStatus,
+    TuningStatus,
+)
 from speculator_operator.domain.economics import best_k, speedup
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning.tuning import (
@@ -45,13 +50,18 @@ def S(raw: dict[str, Any]) -> SpeculatorDeploymentStatus:
     return SpeculatorDeploymentStatus.model_validate(raw)
 
 
-def T(raw: dict[str, Any] | None) -> TuningStatus | None:
-    """status.tuning as the render reads it (the tuning planner works on its wire form)."""
+def T(raw: dict[str, Any] | TuningStatus | None) -> TuningStatus | None:
+    """status.tuning as the pass holds it."""
     return None if raw is None else TuningStatus.model_validate(raw)
 
 
-def acc(alpha: float, drafts: int = 1000) -> dict[str, Any]:
-    return {"alpha": alpha, "drafts": drafts}
+def A(raw: dict[str, Any]) -> Acceptance:
+    """status.acceptance as a scrape computes it."""
+    return Acceptance.model_validate(raw)
+
+
+def acc(alpha: float, drafts: int = 1000) -> Acceptance:
+    return Acceptance(alpha=alpha, drafts=drafts)
 
 
 class Loop:
@@ -63,7 +73,7 @@ class Loop:
         self.rollouts: list[tuple[float, int]] = []
         self.events: list[tuple[str, str, str]] = []
 
-    def judge(self, t: float, a: dict[str, Any] | None, min_samples: int = 200) -> None:
+    def judge(self, t: float, a: Acceptance | None, min_samples: int = 200) -> None:
         p = plan_tuning(self.spec, self.state, a, Economics(self.k, "eagle3", C, MAX_K), t, min_samples)
         self.state = p.state  # type: ignore[assignment]
         self.events += p.events
@@ -83,7 +93,7 @@ def test_the_model_behind_the_numbers() -> None:
 
 def test_recommend_and_off_keep_no_state_and_roll_nothing() -> None:
     for mode in ("Recommend", "Off"):
-        p = plan_tuning(spec(mode=mode), {"mode": "Auto", "k": 2}, acc(0.3), Economics(5, "eagle3", C, 5), T0, 200)
+        p = plan_tuning(spec(mode=mode), T({"mode": "Auto", "k": 2}), acc(0.3), Economics(5, "eagle3", C, 5), T0, 200)
         assert (p.state, p.rollout, p.events) == (None, False, [])
         assert applied(spec(mode=mode), T({"mode": "Auto", "k": 2}), MAX_K) is None
 
@@ -92,7 +102,7 @@ def test_a_k_set_in_the_spec_is_left_alone() -> None:
     p = plan_tuning(spec(k=4), None, acc(0.3), Economics(4, "eagle3", C, 5), T0, 200)
     assert not p.rollout
     assert p.state is not None
-    assert "numSpeculativeTokens is set" in p.state["note"]
+    assert "numSpeculativeTokens is set" in (p.state.note or "")
     assert applied(spec(k=4), T({"mode": "Auto", "k": 2}), MAX_K) is None
 
 
@@ -106,8 +116,8 @@ def test_sustained_evidence_rolls_exactly_once() -> None:
     assert "α 0.300" in loop.events[0][2]
     assert "held 30 s" in loop.events[0][2]
     assert loop.state is not None
-    assert (loop.state["k"], loop.state["rollouts"]) == (2, 1)
-    assert "pending" not in loop.state
+    assert (loop.state.k, loop.state.rollouts) == (2, 1)
+    assert loop.state.pending is None
 
 
 def test_evidence_shorter_than_min_interval_rolls_nothing() -> None:
@@ -115,11 +125,11 @@ def test_evidence_shorter_than_min_interval_rolls_nothing() -> None:
     for i in range(0, 26, 5):
         loop.judge(T0 + i, acc(0.3))
     assert loop.state is not None
-    assert loop.state["pending"]["k"] == 2
+    assert loop.state.pending.k == 2
     for i in range(30, 200, 5):
         loop.judge(T0 + i, acc(0.9))  # the served K is right again: the candidate is dropped
     assert loop.rollouts == []
-    assert "pending" not in loop.state
+    assert loop.state.pending is None
 
 
 @pytest.mark.parametrize("period", [5, 10, 20, 25])
@@ -154,7 +164,7 @@ def test_a_judgement_without_enough_samples_starts_afresh() -> None:
         loop.judge(T0 + i, acc(0.3))
     loop.judge(T0 + 27, acc(0.3, drafts=10))  # a restart: the window refills
     assert loop.state is not None
-    assert "pending" not in loop.state
+    assert loop.state.pending is None
     for i in range(30, 56, 5):
         loop.judge(T0 + i, acc(0.3))
     assert loop.rollouts == []
@@ -195,24 +205,24 @@ def test_allow_disable_turns_speculation_off_and_a_probe_measures_again() -> Non
     assert loop.rollouts == [(T0 + 30, 0)]
     assert [e[1] for e in loop.events] == ["SpeculationDisabled"]
     assert loop.state is not None
-    assert loop.state["probeAt"] == iso(T0 + 630)
-    assert loop.state["probeK"] == 3
+    assert loop.state.probe_at == iso(T0 + 630)
+    assert loop.state.probe_k == 3
     assert applied(s, T(loop.state), MAX_K) == Tuned(0)
     for i in range(35, 630, 5):  # off: nothing to measure, nothing rolls until the probe is due
         loop.judge(T0 + i, None)
     assert len(loop.rollouts) == 1
     loop.judge(T0 + 630, None)
     assert loop.rollouts[-1] == (T0 + 630, 3)
-    assert loop.state["probing"] is True
+    assert loop.state.probing is True
     assert loop.events[-1][1] == "ProbingAcceptance"
     # the probe finds that speculation pays again: it stays on
     loop.judge(T0 + 700, acc(0.9))
     assert loop.events[-1][1] == "SpeculationReenabled"
-    assert "probing" not in loop.state
+    assert loop.state.probing is None
     # without allowDisable, a tuned-off state renders the last K
     assert applied(spec(), T({"mode": "Auto", "k": 0, "probeK": 3}), MAX_K) == Tuned(3)
     # the condition while it is off says when it measures again
-    cond = disabled_condition(4, {"probeAt": iso(T0 + 630), "evidence": "α 0.010"})
+    cond = disabled_condition(4, T({"probeAt": iso(T0 + 630), "evidence": "α 0.010"}))
     assert (cond.status, cond.reason) == ("False", "SpeculationDisabled")
     assert iso(T0 + 630) in cond.message
 
@@ -258,19 +268,22 @@ def test_times_round_trip() -> None:
 
 
 def test_plan_update_writes_and_warns_once() -> None:
-    current: dict[str, Any] = {"conditions": [], "acceptance": None}
     below = make_condition(1, CONDITION, False, "BelowBreakEven", "α 0.01")
-    first = plan_update(current, {"rate": 0.01, "drafts": 500}, below, None)
+    first = plan_update(S({}), A({"rate": 0.01, "drafts": 500}), below, None)
     assert [e[:2] for e in first.events] == [("Warning", "BelowBreakEven")]
-    stored = {"conditions": first.status["conditions"], "acceptance": first.status["acceptance"]}
-    again = plan_update(stored, {"rate": 0.01, "drafts": 500}, below, None)
-    assert (again.status, again.events) == ({}, [])  # unchanged: no write, no second event
-    off = plan_update(stored, None, disabled_condition(1, {"probeAt": "x"}), {"mode": "Auto", "k": 0})
+    assert first.status is not None
+    written = S({k: v for k, v in stored(first.status).items() if k in ("conditions", "acceptance")})
+    again = plan_update(written, A({"rate": 0.01, "drafts": 500}), below, None)
+    assert (again.status, again.events) == (None, [])  # unchanged: no write, no second event
+    off = plan_update(written, None, disabled_condition(1, T({"probeAt": "x"})), T({"mode": "Auto", "k": 0}))
     assert off.events == []  # still False: the tuning's own event says why
-    assert off.status["tuning"] == {"mode": "Auto", "k": 0}
-    assert "acceptance" not in off.status
-    gone = plan_update({**stored, "tuning": {"mode": "Auto", "k": 2}}, None, below, None)
-    assert gone.status == {"tuning": None}
+    assert off.status is not None
+    assert stored(off.status)["tuning"] == {"mode": "Auto", "k": 0}
+    assert stored(off.status)["acceptance"] == stored(written)["acceptance"]  # not measured: left as it was
+    tuned = S({**stored(written), "tuning": {"mode": "Auto", "k": 2}})
+    gone = plan_update(tuned, None, below, None)
+    assert gone.status is not None
+    assert stored(gone.status) == stored(written)  # the tuning block removed, nothing else moved
 
 
 def test_status_patches_remove_what_an_object_lost() -> None:
@@ -282,18 +295,20 @@ def test_status_patches_remove_what_an_object_lost() -> None:
 
 def test_each_transition_posts_one_event_and_a_restart_is_not_news() -> None:
     above = make_condition(1, CONDITION, True, "AboveBreakEven", "α 0.9")
-    first = plan_update({"conditions": []}, {"rate": 0.9, "drafts": 500, "revision": "r"}, above, None)
+    first = plan_update(S({}), A({"rate": 0.9, "drafts": 500, "revision": "r"}), above, None)
     assert [e[:2] for e in first.events] == [("Normal", "AboveBreakEven")]
-    stored = {"conditions": first.status["conditions"], "acceptance": first.status["acceptance"]}
+    assert first.status is not None
+    written = first.status
     waiting = make_condition(1, CONDITION, None, "NotEnoughSamples", "0 drafts in the window")
     refill = {"drafts": 0, "revision": "r", "note": "0 drafts"}
     # a restarted operator refilling its window: the judgement on record stands, nothing is written
-    held = plan_update(stored, refill, waiting, None, refilling=True)
-    assert (held.status, held.events) == ({}, [])
+    held = plan_update(written, A(refill), waiting, None, refilling=True)
+    assert (held.status, held.events) == (None, [])
     # a new revision is judged afresh, and so is the old one once the window has had its span
-    assert plan_update(stored, dict(refill, revision="r2"), waiting, None, refilling=True).status
-    later = plan_update(stored, refill, waiting, None)
-    assert later.status["conditions"][0]["status"] == "Unknown"
+    assert plan_update(written, A(dict(refill, revision="r2")), waiting, None, refilling=True).status is not None
+    later = plan_update(written, A(refill), waiting, None)
+    assert later.status is not None
+    assert later.status.conditions[0].status == "Unknown"
     assert later.events == []
 
 
@@ -312,11 +327,12 @@ def test_a_tuned_revision_waits_while_an_input_change_is_held_back() -> None:
     assert blocked(S({**ready, "phase": "Degraded"})) is not None
     s = spec()
     econ = Economics(MAX_K, "eagle3", C, MAX_K)
-    state = {"mode": "Auto", "pending": {"k": 2, "since": iso(T0), "evidence": "e"}}
+    state = T({"mode": "Auto", "pending": {"k": 2, "since": iso(T0), "evidence": "e"}})
+    assert state is not None
     held = plan_tuning(s, state, acc(0.3), econ, T0 + 60, 200, hold=why)
     assert not held.rollout
     assert held.state is not None
-    assert held.state["pending"] == state["pending"]  # the evidence stays held
-    assert "waits" in held.state["note"]
+    assert held.state.pending == state.pending  # the evidence stays held
+    assert "waits" in (held.state.note or "")
     # and rolls at the first judgement once nothing holds it back
     assert plan_tuning(s, held.state, acc(0.3), econ, T0 + 61, 200).rollout

@@ -93,13 +93,13 @@ S = TypeVar("S", bound=Model)
 
 def stored(status: BaseModel) -> dict[str, Any]:
     """A status model as the API server stores it: camelCase, only the keys that were set (a default the
-    planner never set is not written)."""
-    return status.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    planner never set is not written) and none that is None (in a merge patch a null removes a key)."""
+    return status.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
 
 
 def evolve(status: S, generation: int | None, *conds: Condition, **fields: Any) -> S:
-    """`status` with the conditions merged by type (`set_condition`), observedGeneration set (unless
-    `generation` is None) and `fields` set by their Python names (None removes one). The result is validated:
+    """`status` with the conditions merged by type (`set_condition`), observedGeneration set (left as it is
+    when `generation` is None) and `fields` set by their Python names (None removes one). The result is validated:
     a field the model has no name for is a TypeError here, a value of the wrong shape a ValidationError, where
     a dict would have been pruned by the API server without a word."""
     model = type(status)
@@ -108,9 +108,12 @@ def evolve(status: S, generation: int | None, *conds: Condition, **fields: Any) 
         raise TypeError(f"{model.__name__} has no field {', '.join(unknown)}")
     wire = {model.model_fields[k].alias or k: _wire(v) for k, v in fields.items()}
     raw = stored(status)
-    if generation is None:
+    if generation is None:  # conditions merged as given, observedGeneration left as it is
         if conds:
-            raise ValueError("conditions are set for a generation")
+            conditions = list(raw.get("conditions") or [])
+            for c in conds:
+                conditions = set_condition(conditions, c)
+            raw["conditions"] = conditions
         out = {k: v for k, v in {**raw, **wire}.items() if v is not None}
     else:
         out = merge_status(raw, generation, *conds, **wire)

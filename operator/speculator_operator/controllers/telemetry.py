@@ -26,8 +26,13 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
 
-from speculator_operator.api.common import Condition, stored, typed_status
-from speculator_operator.api.deployment import PairEconomics, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
+from speculator_operator.api.common import Condition, evolve, typed_status
+from speculator_operator.api.deployment import (
+    Acceptance,
+    PairEconomics,
+    SpeculatorDeploymentSpec,
+    SpeculatorDeploymentStatus,
+)
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, REVISION_LABEL
 from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.planning import Problem, parse_spec
@@ -182,25 +187,25 @@ def _economics(status: SpeculatorDeploymentStatus) -> Economics | None:
     return Economics(k=k, algorithm=algorithm, cost_ratio=econ.cost_ratio, max_k=max_k)
 
 
-def _publish(namespace: str, name: str, acc: dict[str, Any]) -> None:
+def _publish(namespace: str, name: str, acc: Acceptance) -> None:
     for gauge, key in (
         (RATE, "rate"),
-        (MEAN_LENGTH, "meanAcceptedLength"),
+        (MEAN_LENGTH, "mean_accepted_length"),
         (ALPHA, "alpha"),
-        (SPEEDUP, "predictedSpeedup"),
-        (BREAK_EVEN, "breakEvenAlpha"),
+        (SPEEDUP, "predicted_speedup"),
+        (BREAK_EVEN, "break_even_alpha"),
         (DRAFTS, "drafts"),
     ):
-        value = acc.get(key)
+        value = getattr(acc, key)
         if isinstance(value, int | float):
             gauge.labels(namespace, name).set(value)
         else:
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, name)
-    for position, value in enumerate(acc.get("perPosition") or []):
+    for position, value in enumerate(acc.per_position or []):
         PER_POSITION.labels(namespace, name, str(position)).set(value)
         _positions.setdefault((namespace, name), set()).add(str(position))
-    RUNNING.labels(namespace, name).set(float((acc.get("load") or {}).get("requestsRunning") or 0.0))
+    RUNNING.labels(namespace, name).set(float((acc.load.requests_running if acc.load else None) or 0.0))
 
 
 def forget(namespace: str, name: str) -> None:
@@ -252,10 +257,10 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     parsed_spec = parsed[0]
     tuning = parsed_spec.serving.tuning
     generation = int(meta.get("generation") or 0)
-    acc: dict[str, Any] | None = None
+    acc: Acceptance | None = None
     refilling = False
     if econ.k == 0:  # tuning switched speculation off: nothing to scrape until a probe revision runs
-        cond = disabled_condition(generation, stored(current.tuning) if current.tuning else None)
+        cond = disabled_condition(generation, current.tuning)
     else:
         window, since = _windows.get(uid) or (None, 0.0)
         if window is None or window.seconds != tuning.window_seconds:
@@ -266,7 +271,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
         targets = [t for t in found if t and t.get("ready")]
         now = time.monotonic()
         ready_since = _ready_since.setdefault(uid, now) if targets else _ready_since.pop(uid, None)
-        if not first_measure_due(stored(current), bool(targets), ready_since, now, SCRAPE_INTERVAL):
+        if not first_measure_due(current, bool(targets), ready_since, now, SCRAPE_INTERVAL):
             return  # nothing to say yet (a status write saved per rollout)
         window.keep_only({str(t["pod"]) for t in targets})
         await asyncio.gather(*(_scrape_one(window, t, now) for t in targets))
@@ -281,7 +286,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
             min_samples=tuning.min_samples,
         )
         if tuning.mode == "Off":
-            acc.pop("recommendedK", None)
+            acc = evolve(acc, None, recommended_k=None)
         _publish(namespace, name, acc)
         cond = effective_condition(acc, generation, tuning.min_samples)
     judged = Judged(acc, cond, refilling)
@@ -299,7 +304,7 @@ class Judged:
     """What one scrape observed, held for the deployment's next pass: the acceptance window's figures (None
     while speculation is off), the SpeculationEffective condition, and whether the window is still filling."""
 
-    acc: dict[str, Any] | None
+    acc: Acceptance | None
     cond: Condition
     refilling: bool
 
@@ -318,20 +323,11 @@ def judge(
 ) -> tuple[SpeculatorDeploymentStatus | None, bool, list[tuple[str, str, str]]]:
     """The status after a scrape's judgement (None: nothing to write), whether a tuned K rolls a new revision
     (the tuned state is then in that status: the render reads it from there), and the events. Pure: the pass
-    calls it with the status it read, the scrape with its own copy to know whether a pass is worth it. The
-    acceptance and tuning planners work on their blocks' wire form; what they give back is validated here into
-    the status model (a key it has no field for is an error, not a silent prune)."""
+    calls it with the status it read, the scrape with its own copy to know whether a pass is worth it."""
     econ = _economics(current)
     if econ is None:
         return None, False, []
     tuning = spec.serving.tuning
-    raw = stored(current)
-    tuned = plan_tuning(spec, raw.get("tuning"), judged.acc, econ, time.time(), tuning.min_samples, blocked(current))
-    update = plan_update(raw, judged.acc, judged.cond, tuned.state, judged.refilling)
-    events = update.events + tuned.events
-    if tuned.rollout:
-        update.status["tuning"] = tuned.state
-    if not update.status:
-        return None, False, events
-    new = {k: v for k, v in {**raw, **update.status}.items() if v is not None}
-    return SpeculatorDeploymentStatus.model_validate(new), tuned.rollout, events
+    tuned = plan_tuning(spec, current.tuning, judged.acc, econ, time.time(), tuning.min_samples, blocked(current))
+    update = plan_update(current, judged.acc, judged.cond, tuned.state, judged.refilling)
+    return update.status, tuned.rollout and update.status is not None, update.events + tuned.events

@@ -180,8 +180,7 @@ def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[
         "evaluation": inputs.evaluation,
         "commands": {s.name: " ".join(s.command) for s in all_stages},
         # what the kubelet ran: kept from earlier passes, since a finished stage's pods may be gone by now
-        "images": {**((obs.status.provenance.images if obs.status.provenance else None) or {}), **obs.images}
-        or None,
+        "images": {**((obs.status.provenance.images if obs.status.provenance else None) or {}), **obs.images} or None,
     }
     return {k: v for k, v in out.items() if v is not None}
 

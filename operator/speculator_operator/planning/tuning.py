@@ -22,8 +22,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from speculator_operator.api.common import conditions_of
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus, TuningStatus
+from speculator_operator.api.common import conditions_of, stored
+from speculator_operator.api.deployment import (
+    Acceptance,
+    SpeculatorDeploymentSpec,
+    SpeculatorDeploymentStatus,
+    TuningStatus,
+)
 from speculator_operator.domain.economics import cutoff_schedule, draft_forwards, speedup
 from speculator_operator.render.serving import Tuned
 from speculator_operator.telemetry.acceptance import Economics
@@ -107,9 +112,18 @@ def candidate(
 
 @dataclass
 class TuningPlan:
-    state: dict[str, Any] | None  # the new status.tuning (None: remove it)
+    state: TuningStatus | None  # the new status.tuning (None: remove it)
     rollout: bool = False
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+
+
+@dataclass
+class _Judged:
+    """What one judgement made of status.tuning, in its wire form (the rules below edit it key by key)."""
+
+    state: dict[str, Any] | None
+    rollout: bool = False
+    events: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def blocked(status: SpeculatorDeploymentStatus) -> str | None:
@@ -129,8 +143,8 @@ def blocked(status: SpeculatorDeploymentStatus) -> str | None:
 
 def plan_tuning(
     spec: SpeculatorDeploymentSpec,
-    state: dict[str, Any] | None,
-    acc: dict[str, Any] | None,
+    state: TuningStatus | None,
+    acc: Acceptance | None,
     econ: Economics,
     now: float,
     min_samples: int,
@@ -141,11 +155,25 @@ def plan_tuning(
     `econ.k` is the K served now (0: speculation off); `acc` is status.acceptance for the served revision
     (ignored while speculation is off: there is nothing to measure); `hold` (see `blocked`) says why no
     revision may roll now: the evidence is kept, the rollout waits."""
+    judged = _plan(spec, None if state is None else stored(state), acc, econ, now, min_samples, hold)
+    typed = None if judged.state is None else TuningStatus.model_validate(judged.state)
+    return TuningPlan(typed, judged.rollout, judged.events)
+
+
+def _plan(
+    spec: SpeculatorDeploymentSpec,
+    state: dict[str, Any] | None,
+    acc: Acceptance | None,
+    econ: Economics,
+    now: float,
+    min_samples: int,
+    hold: str | None,
+) -> _Judged:
     if spec.serving.tuning.mode != "Auto":
-        return TuningPlan(None)
+        return _Judged(None)
     if spec.serving.num_speculative_tokens != "auto":
         note = "numSpeculativeTokens is set in the spec: Auto leaves K to it and only recommends"
-        return TuningPlan({"mode": "Auto", "note": note})
+        return _Judged({"mode": "Auto", "note": note})
     new: dict[str, Any] = {k: v for k, v in (state or {}).items() if k != "note"}
     new["mode"] = "Auto"
     if econ.k == 0:
@@ -153,25 +181,25 @@ def plan_tuning(
     else:
         plan = _judge(spec, dict(new), acc, econ, now, min_samples)
     if plan.rollout and hold:
-        return TuningPlan({**new, "note": f"a tuned revision waits: {hold}"})  # the evidence held stays held
+        return _Judged({**new, "note": f"a tuned revision waits: {hold}"})  # the evidence held stays held
     return plan
 
 
 def _judge(
     spec: SpeculatorDeploymentSpec,
     new: dict[str, Any],
-    acc: dict[str, Any] | None,
+    acc: Acceptance | None,
     econ: Economics,
     now: float,
     min_samples: int,
-) -> TuningPlan:
+) -> _Judged:
     """Speculation is on: act on the measured α."""
     t = spec.serving.tuning
-    alpha = (acc or {}).get("alpha")
-    drafts = int((acc or {}).get("drafts") or 0)
-    if econ.cost_ratio is None or not isinstance(alpha, int | float) or drafts < min_samples:
+    alpha = acc.alpha if acc is not None else None
+    drafts = int((acc.drafts if acc is not None else None) or 0)
+    if econ.cost_ratio is None or alpha is None or drafts < min_samples:
         new.pop("pending", None)  # no judgement: whatever pointed elsewhere must start again
-        return TuningPlan(new)
+        return _Judged(new)
     best, best_gain, current_gain = candidate(spec, float(alpha), econ, econ.cost_ratio)
     events: list[tuple[str, str, str]] = []
     if best != 0 and new.pop("probing", None):
@@ -183,7 +211,7 @@ def _judge(
         new["evidence"] = message
     if best == econ.k:
         new.pop("pending", None)
-        return TuningPlan(new, events=events)
+        return _Judged(new, events=events)
     evidence = (
         f"α {alpha:.3f} over {drafts} drafts: K={best} predicts {best_gain:.2f}x against "
         f"{current_gain:.2f}x at K={econ.k}"
@@ -192,10 +220,10 @@ def _judge(
     since = epoch(pending.get("since"))
     if pending.get("k") != best or since is None:
         new["pending"] = {"k": best, "since": iso(now), "evidence": evidence}
-        return TuningPlan(new, events=events)
+        return _Judged(new, events=events)
     last = epoch(new.get("appliedAt"))
     if now - since < t.min_interval_seconds or (last is not None and now - last < t.min_interval_seconds):
-        return TuningPlan(new, events=events)  # held, not long enough: no write until something changes
+        return _Judged(new, events=events)  # held, not long enough: no write until something changes
     new.pop("pending", None)
     new.pop("probing", None)
     new.update(
@@ -213,19 +241,19 @@ def _judge(
         new.pop("probeAt", None)
         new.pop("probeK", None)
         events.append(("Normal", "TunedK", f"K {econ.k} -> {best}: {new['evidence']}"))
-    return TuningPlan({k: v for k, v in new.items() if v is not None}, rollout=True, events=events)
+    return _Judged({k: v for k, v in new.items() if v is not None}, rollout=True, events=events)
 
 
-def _while_disabled(spec: SpeculatorDeploymentSpec, new: dict[str, Any], econ: Economics, now: float) -> TuningPlan:
+def _while_disabled(spec: SpeculatorDeploymentSpec, new: dict[str, Any], econ: Economics, now: float) -> _Judged:
     """Speculation is off: nothing to measure until the probe is due; then a probe revision with the last K."""
     t = spec.serving.tuning
     new.pop("pending", None)
     probe_at = epoch(new.get("probeAt"))
     if probe_at is None:
         new["probeAt"] = iso(now + t.probe_interval_seconds)
-        return TuningPlan(new)
+        return _Judged(new)
     if now < probe_at:
-        return TuningPlan(new)
+        return _Judged(new)
     lo, hi = bounds(spec, econ.max_k)
     probe_k = new.get("probeK")
     k = max(lo, min(hi, probe_k if isinstance(probe_k, int) else hi))
@@ -234,4 +262,4 @@ def _while_disabled(spec: SpeculatorDeploymentSpec, new: dict[str, Any], econ: E
     new.pop("probeAt", None)
     new.pop("schedule", None)
     new["evidence"] = message
-    return TuningPlan(new, rollout=True, events=[("Normal", "ProbingAcceptance", message)])
+    return _Judged(new, rollout=True, events=[("Normal", "ProbingAcceptance", message)])

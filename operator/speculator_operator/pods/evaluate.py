@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from speculator_operator.api.common import stored
 from speculator_operator.api.podcontract import EvaluationOutcome, ExitCode
 from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_dir, load_checkpoint, load_verifier_config
 from speculator_operator.domain.economics import pair_cost_ratio
@@ -253,8 +254,10 @@ def main(args: argparse.Namespace) -> int:
         counted=1,
     )
     observed = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    measured = acceptance_status(
-        totals, Economics(k, draft.algorithm, cost_ratio, k), revision=None, observed_at=observed, min_samples=1
+    measured = stored(
+        acceptance_status(
+            totals, Economics(k, draft.algorithm, cost_ratio, k), revision=None, observed_at=observed, min_samples=1
+        )
     )
     outcome, message, code = judge(measured, args.min_acceptance, args.min_speedup)
     result = result_fields(

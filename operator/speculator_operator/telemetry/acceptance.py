@@ -20,7 +20,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from speculator_operator.api.common import Condition, condition, make_condition, set_condition
+from speculator_operator.api.common import Condition, conditions_of, evolve, make_condition, stored
+from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentStatus, TuningStatus
 from speculator_operator.domain.economics import (
     alpha_from_mean_length,
     best_k,
@@ -260,24 +261,24 @@ def _r(x: float, digits: int = 4) -> float:
 
 
 def first_measure_due(
-    status: dict[str, Any], ready_targets: bool, ready_since: float | None, now: float, interval: float
+    status: SpeculatorDeploymentStatus, ready_targets: bool, ready_since: float | None, now: float, interval: float
 ) -> bool:
     """Whether to scrape now. Once a measure is on record: always. Before the first: when a serving pod is
     ready and either the resource is Ready or a pod has been ready for a whole scrape interval (a rollout
     stuck short of all replicas is still measured). A pod that has just turned ready has served nothing to
     count, and measuring it before its resource is Ready only adds a status write to the rollout."""
-    if status.get("acceptance"):
+    if status.acceptance is not None:
         return True
     if not ready_targets:
         return False
-    if status.get("phase") == "Ready":
+    if status.phase == "Ready":
         return True
     return ready_since is not None and now - ready_since >= interval
 
 
 def acceptance_status(
     totals: Totals, econ: Economics, *, revision: str | None, observed_at: str, min_samples: int
-) -> dict[str, Any]:
+) -> Acceptance:
     """`status.acceptance` from a window's totals."""
     out: dict[str, Any] = {
         "revision": revision,
@@ -301,7 +302,7 @@ def acceptance_status(
     if totals.resets:
         out["pods"]["counterResets"] = totals.resets
     if totals.draft_tokens <= 0 or totals.drafts <= 0:
-        return out
+        return Acceptance.model_validate(out)
     mean_length = 1.0 + totals.accepted / totals.drafts
     alpha = alpha_from_mean_length(mean_length, econ.k)
     out.update(
@@ -319,35 +320,36 @@ def acceptance_status(
         out["recommendedK"] = best_k(alpha, econ.cost_ratio, econ.algorithm, max(1, econ.max_k))[0]
     if totals.drafts < min_samples:
         out["note"] = f"{int(totals.drafts)} drafts in the window, {min_samples} needed to judge"
-    return out
+    return Acceptance.model_validate({k: v for k, v in out.items() if v is not None})
 
 
-def effective_condition(acc: dict[str, Any], generation: int, min_samples: int) -> Condition:
+def effective_condition(acc: Acceptance, generation: int, min_samples: int) -> Condition:
     """SpeculationEffective: True when the predicted speedup exceeds 1, False below break-even, Unknown
     without enough evidence (NotEnoughSamples) or without metrics (NoMetrics)."""
-    pods = acc.get("pods") or {}
-    if not pods.get("counted"):
-        failing = pods.get("failing") or []
+    if acc.pods is None or not acc.pods.counted:
+        failing = (acc.pods.failing if acc.pods else None) or []
         why = "; ".join(f"{f['pod']}: {f['reason']}" for f in failing[:3]) or "no ready serving pod to scrape"
         return make_condition(generation, CONDITION, None, "NoMetrics", why)
-    drafts = int(acc.get("drafts") or 0)
-    if drafts < min_samples or "alpha" not in acc:
+    drafts = int(acc.drafts or 0)
+    alpha = acc.alpha
+    if drafts < min_samples or alpha is None:
         return make_condition(
             generation, CONDITION, None, "NotEnoughSamples", f"{drafts} drafts in the window, {min_samples} needed"
         )
-    if acc.get("predictedSpeedup") is None:
+    gain = acc.predicted_speedup
+    if gain is None:
         return make_condition(
             generation,
             CONDITION,
             None,
             "NoCostModel",
-            f"acceptance {acc['alpha']} measured, but the verifier's config was not readable to price the draft",
+            f"acceptance {alpha} measured, but the verifier's config was not readable to price the draft",
         )
-    alpha, star, gain = acc["alpha"], acc.get("breakEvenAlpha"), acc["predictedSpeedup"]
+    star = acc.break_even_alpha
     numbers = (
-        f"α {alpha:.3f} (rate {acc['rate']:.3f}, mean accepted length {acc['meanAcceptedLength']:.2f}), "
+        f"α {alpha:.3f} (rate {acc.rate or 0.0:.3f}, mean accepted length {acc.mean_accepted_length or 0.0:.2f}), "
         f"break-even α* {'none: it never pays' if star is None else f'{star:.3f}'}, "
-        f"predicted speedup {gain:.2f}x at K={acc.get('k', '?')}, over {drafts} drafts"
+        f"predicted speedup {gain:.2f}x at K={acc.k if acc.k is not None else '?'}, over {drafts} drafts"
     )
     if gain > 1.0:
         return make_condition(generation, CONDITION, True, "AboveBreakEven", numbers)
@@ -355,94 +357,102 @@ def effective_condition(acc: dict[str, Any], generation: int, min_samples: int) 
 
 
 # what a status write compares: a change below these steps is not worth a write
-MATERIAL = {"rate": 2, "alpha": 2, "meanAcceptedLength": 2, "predictedSpeedup": 2, "breakEvenAlpha": 3}
+MATERIAL = {"rate": 2, "alpha": 2, "mean_accepted_length": 2, "predicted_speedup": 2, "break_even_alpha": 3}
 
 
-def _material_view(acc: dict[str, Any] | None) -> tuple[Any, ...]:
-    if not acc:
+def _material_view(acc: Acceptance | None) -> tuple[Any, ...]:
+    if acc is None:
         return ()
-    rounded = tuple(
-        None if acc.get(key) is None else round(float(acc[key]), digits) for key, digits in MATERIAL.items()
-    )
-    pods = acc.get("pods") or {}
-    failing = tuple(sorted((f["pod"], f["reason"]) for f in pods.get("failing") or []))
-    per_position = tuple(round(v, 2) for v in acc.get("perPosition") or [])
+    values = {key: getattr(acc, key) for key in MATERIAL}
+    rounded = tuple(None if v is None else round(float(v), MATERIAL[key]) for key, v in values.items())
+    pods = acc.pods
+    failing = tuple(sorted((f["pod"], f["reason"]) for f in (pods.failing if pods else None) or []))
+    per_position = tuple(round(v, 2) for v in acc.per_position or [])
     return (
         rounded,
         per_position,
-        acc.get("recommendedK"),
-        acc.get("revision"),
-        pods.get("counted"),
-        pods.get("otherRevision"),
-        pods.get("counterResets"),
+        acc.recommended_k,
+        acc.revision,
+        pods.counted if pods else None,
+        pods.other_revision if pods else None,
+        pods.counter_resets if pods else None,
         failing,
-        "note" in acc,
+        acc.note is not None,
     )
 
 
-def changed_materially(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+def changed_materially(old: Acceptance | None, new: Acceptance) -> bool:
     """Whether a write is worth it. The drafts count alone is not: a window holding two or three scrapes'
     increments swings by a third from one scrape to the next under constant traffic (the operator's gauge
     speculator_acceptance_drafts carries the live count)."""
     return _material_view(old) != _material_view(new)
 
 
-def disabled_condition(generation: int, tuning: dict[str, Any] | None) -> Condition:
+def disabled_condition(generation: int, tuning: TuningStatus | None) -> Condition:
     """SpeculationEffective while tuning has switched speculation off: False, with when it measures again."""
-    state = tuning or {}
-    message = f"tuning switched speculation off ({state.get('evidence') or 'below break-even'})"
-    if state.get("probeAt"):
-        message += f"; a probe revision measures acceptance again at {state['probeAt']}"
+    state = tuning or TuningStatus()
+    message = f"tuning switched speculation off ({state.evidence or 'below break-even'})"
+    if state.probe_at:
+        message += f"; a probe revision measures acceptance again at {state.probe_at}"
     return make_condition(generation, CONDITION, False, "SpeculationDisabled", message)
 
 
 @dataclass
 class Update:
-    """What one judgement writes: the status fields it changes, with their new values (None removes one;
-    empty: no write; the writer sends only what differs), and events."""
+    """What one judgement writes: the status after it (None: nothing changed, no write), and events."""
 
-    status: dict[str, Any] = field(default_factory=dict)
+    status: SpeculatorDeploymentStatus | None = None
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
 
 
 def plan_update(
-    current: dict[str, Any],
-    acc: dict[str, Any] | None,
+    current: SpeculatorDeploymentStatus,
+    acc: Acceptance | None,
     cond: Condition,
-    tuning: dict[str, Any] | None,
+    tuning: TuningStatus | None,
     refilling: bool = False,
 ) -> Update:
-    """The status writes and events after one judgement: acceptance only when it changed materially, the
-    condition when its status or reason changed (its numbers only together with a material change), tuning
-    when it changed; one event per transition of the condition: a Warning into False, a Normal into True.
+    """The status and events after one judgement: acceptance only when it changed materially, the condition
+    when its status or reason changed (its numbers only together with a material change), tuning when it
+    changed; one event per transition of the condition: a Warning into False, a Normal into True.
 
     `refilling`: the window is younger than its span since the operator (re)started. While it has too few
     samples, the judgement on record for the same revision stands (a restart is not news: no writes, no
     events); a judgement on another revision, or none, is replaced as usual."""
     out = Update()
-    old_acc = current.get("acceptance")
-    conditions = list(current.get("conditions") or [])
-    old = condition(conditions, CONDITION) or {}
+    old_acc = current.acceptance
+    old = conditions_of(current).get(CONDITION)
+    old_status, old_reason = (old.status, old.reason) if old is not None else (None, None)
     if (
         refilling
         and cond.reason == "NotEnoughSamples"
-        and old.get("status") in ("True", "False")
+        and old is not None
+        and old_status in ("True", "False")
         and acc is not None
-        and (old_acc or {}).get("revision") == acc.get("revision")
+        and (old_acc.revision if old_acc else None) == acc.revision
     ):
-        acc = None
-        cond = Condition.model_validate(old)
+        acc, cond = None, old
+    changes: dict[str, Any] = {}
     material = acc is not None and changed_materially(old_acc, acc)
     if acc is not None and material:
-        out.status["acceptance"] = acc
-    moved = (old.get("status"), old.get("reason")) != (cond.status, cond.reason)
-    if moved or (material and old.get("message") != cond.message):
-        out.status["conditions"] = set_condition(conditions, cond)
-        if cond.status == "False" and old.get("status") != "False":
+        changes["acceptance"] = acc
+    moved = (old_status, old_reason) != (cond.status, cond.reason)
+    new = current
+    if moved or (material and (old.message if old else None) != cond.message):
+        new = evolve(current, None, cond)
+        if cond.status == "False" and old_status != "False":
             out.events.append(("Warning", cond.reason, cond.message))
-        elif cond.status == "True" and old.get("status") != "True":
+        elif cond.status == "True" and old_status != "True":
             out.events.append(("Normal", cond.reason, cond.message))
-    old_tuning = current.get("tuning")
-    if tuning != old_tuning:
-        out.status["tuning"] = tuning
+    if _block(tuning) != _block(current.tuning):
+        changes["tuning"] = tuning
+    if changes:
+        new = evolve(new, None, **changes)
+    if new is not current:
+        out.status = new
     return out
+
+
+def _block(block: TuningStatus | None) -> dict[str, Any] | None:
+    """A status block's wire form (None stays None), to compare two of them."""
+    return None if block is None else stored(block)
