@@ -72,13 +72,17 @@ def test_the_next_stage_follows_the_last_success_and_existing_jobs_are_not_reapp
     assert p.status["stage"] == "prepare"
     assert p.status["phase"] == "Preparing"
     assert ("Job", "q-prepare") not in kinds(p)  # exists: its template is immutable
+    # the workspace was applied with the first Job and cannot change: not applied (nor read) again
+    assert ("PersistentVolumeClaim", "q-workspace") not in kinds(p)
+    waiting = run(observed(servers={"extractor": {"metadata": {"name": "q-extractor"}}}))
+    assert ("PersistentVolumeClaim", "q-workspace") in kinds(waiting)  # no Job yet: still applied
     assert [s["phase"] for s in p.status["stages"]][:2] == ["Succeeded", "Running"]
 
 
 def test_a_client_stage_waits_for_its_server() -> None:
     done = {s: job("done") for s in ORDER[:2]}
     p = run(observed(jobs=done))
-    assert kinds(p)[1:] == [("Deployment", "q-extractor"), ("Service", "q-extractor")]
+    assert kinds(p) == [("Deployment", "q-extractor"), ("Service", "q-extractor")]  # the workspace: with the first Job
     ready = {c["type"]: c for c in p.status["conditions"]}["Ready"]
     assert ready["reason"] == "WaitingForServer"
     up = {"metadata": {"name": "q-extractor", "generation": 1}, "spec": {"replicas": 1},
@@ -310,7 +314,7 @@ def test_the_evaluate_stage_runs_between_audit_and_publish_against_its_server() 
     p = run(observed(jobs=done), EVALUATED)
     assert [s["name"] for s in p.status["stages"]] == EVAL_ORDER
     assert p.status["phase"] == "Evaluating"
-    assert kinds(p)[1:] == [("Deployment", "q-evaluator"), ("Service", "q-evaluator")]
+    assert kinds(p) == [("Deployment", "q-evaluator"), ("Service", "q-evaluator")]
     p = run(observed(jobs=done, servers={"evaluator": evaluator(True)}), EVALUATED)
     assert ("Job", "q-evaluate") in kinds(p)
 

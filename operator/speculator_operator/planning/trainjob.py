@@ -271,7 +271,10 @@ def plan(
 
     apply: list[dict[str, Any]] = []
     claim = workspace_claim(inputs)
-    if claim:
+    if claim and not obs.jobs:
+        # applied until the first stage's Job exists (which is applied after it): spec.workspace cannot change,
+        # so the claim is not read again on every later pass; one deleted by hand is not made again empty
+        # under a run that needs what was in it (its stage pods wait, and the run says why: a stuck pod)
         apply.append(claim)
     delete = [x for role, dep in obs.servers.items() if role != current.server for x in _stop_servers(
         Observed(gen, SpeculatorTrainJobStatus(), servers={role: dep}))]  # fmt: skip
