@@ -118,12 +118,15 @@ def observe(
 
 def listed(children: list[dict[str, Any]], obs: Observed) -> dict[tuple[str, str], dict[str, Any] | None]:
     """The stage Jobs and servers this pass listed (by label), and the ones the plan adds that the listing
-    showed absent: apply_children need not read them again."""
+    showed absent: apply_children need not read them again. The workspace claim is planned only before the
+    first Job exists (planning/trainjob.py) and is applied without a read: applying it again unchanged changes
+    nothing, and a new run's first pass saves a round trip before its first Job."""
     if obs.problem is not None:
         return {}
     found = {("Job", j["metadata"]["name"]): j for j in obs.jobs.values()}
     found |= {("Deployment", d["metadata"]["name"]): d for d in obs.servers.values()}
-    absent = {(c["kind"], c["metadata"]["name"]): None for c in children if c["kind"] in ("Job", "Deployment")}
+    kinds = ("Job", "Deployment", "PersistentVolumeClaim")
+    absent = {(c["kind"], c["metadata"]["name"]): None for c in children if c["kind"] in kinds}
     return absent | found
 
 
