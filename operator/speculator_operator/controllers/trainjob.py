@@ -28,6 +28,7 @@ from speculator_operator.planning.passes import Cause, trainjob_progress_only
 from speculator_operator.planning.pods import pod_problem, refused_creation
 from speculator_operator.planning.stagepods import observe_pods
 from speculator_operator.planning.trainjob import (
+    HandOff,
     Observed,
     Plan,
     failed,
@@ -137,7 +138,7 @@ def delete_children(namespace: str, items: list[tuple[str, str, str]]) -> None:
         kube.delete_object(api_version, kind, namespace, child)
 
 
-def hand_off(namespace: str, name: str, spec: SpeculatorTrainJobSpec, target: str, uri: str) -> tuple[str, str]:
+def hand_off(namespace: str, name: str, spec: SpeculatorTrainJobSpec, target: str, uri: str) -> tuple[HandOff, str]:
     """Point the SpeculatorDeployment `target` at the published checkpoint: (reason, message)."""
     sdep = kube.read_custom(DEPLOYMENTS, namespace, target)
     reason, message, patch = handoff_patch(sdep, name, target, uri, spec.output.credentials)
@@ -214,7 +215,7 @@ def _reconcile(body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus
         reason, message = hand_off(namespace, name, spec, target, uri)
         p.status = handed_off(p.status, generation, target, reason, message)
         status.set(p.status, "handoff")
-        if reason == "TargetMissing":
+        if reason == HandOff.TARGET_MISSING:
             kopf.event(obj, type="Warning", reason=reason, message=message)
     if p.prune is not None:
         pruned = prune_outputs(obj, namespace, name, spec, p.status, p.prune)

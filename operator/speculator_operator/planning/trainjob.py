@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from speculator_operator.api.common import Condition, SecretRef, conditions_of, evolve, make_condition, now, stored
@@ -438,10 +439,10 @@ def _prune(spec: SpeculatorTrainJobSpec, status: SpeculatorTrainJobStatus) -> in
 
 
 def handed_off(
-    status: SpeculatorTrainJobStatus, generation: int, target: str, reason: str, message: str
+    status: SpeculatorTrainJobStatus, generation: int, target: str, reason: HandOff, message: str
 ) -> SpeculatorTrainJobStatus:
     """The status after a hand-off attempt to `target`."""
-    ok = reason in ("Patched", "Following")
+    ok = reason in (HandOff.PATCHED, HandOff.FOLLOWING)
     return evolve(status, generation, make_condition(generation, "HandedOff", ok, reason, message),
                   deployed_to=target if ok else status.deployed_to)  # fmt: skip
 
@@ -475,24 +476,36 @@ def wakes_owner(event_type: str | None, child: dict[str, Any]) -> bool:
     return terminal or (status.get("availableReplicas") or 0) >= 1
 
 
+class HandOff(StrEnum):
+    """The HandedOff condition's reasons (the hand-off's outcome; decisions read them only as these)."""
+
+    PATCHED = "Patched"
+    FOLLOWING = "Following"
+    TARGET_MISSING = "TargetMissing"
+
+
 def handoff_patch(
     sdep: dict[str, Any] | None, job: str, target: str, uri: str, credentials: SecretRef | None
-) -> tuple[str, str, dict[str, Any] | None]:
+) -> tuple[HandOff, str, dict[str, Any] | None]:
     """(reason, message, merge patch or None) that points the SpeculatorDeployment `target` (the stored
     object, None if missing) at the checkpoint `job` published."""
     if sdep is None:
-        return "TargetMissing", f"SpeculatorDeployment {target!r} does not exist (yet)", None
+        return HandOff.TARGET_MISSING, f"SpeculatorDeployment {target!r} does not exist (yet)", None
     if ((sdep.get("spec") or {}).get("speculator") or {}).get("fromTrainJob") == job:
-        return "Following", f"SpeculatorDeployment {target} serves this job's output (speculator.fromTrainJob)", None
+        return (
+            HandOff.FOLLOWING,
+            f"SpeculatorDeployment {target} serves this job's output (speculator.fromTrainJob)",
+            None,
+        )
     speculator = {
         "source": uri,
         "fromTrainJob": None,
         "credentials": {"name": credentials.name} if credentials else None,
     }
-    return "Patched", f"SpeculatorDeployment {target} now serves {uri}", {"spec": {"speculator": speculator}}
+    return HandOff.PATCHED, f"SpeculatorDeployment {target} now serves {uri}", {"spec": {"speculator": speculator}}
 
 
 __all__ = [
-    "SERVER_ROLES", "Observed", "Plan", "failed", "handed_off", "handoff_patch", "job_state", "plan",
+    "SERVER_ROLES", "HandOff", "Observed", "Plan", "failed", "handed_off", "handoff_patch", "job_state", "plan",
     "resync_due", "wakes_owner",
 ]  # fmt: skip
