@@ -38,6 +38,11 @@ def test_a_stored_status_comes_back_exactly_as_stored_less_what_the_model_does_n
     assert read_status(SpeculatorDeploymentStatus, known) == known
 
 
+def test_an_object_missing_a_required_key_is_left_out_and_the_rest_is_kept() -> None:
+    stored = {"phase": "Ready", "retrain": {"job": "j"}, "conditions": [{"type": "Ready", "status": "True"}, READY]}
+    assert read_status(SpeculatorDeploymentStatus, stored) == {"phase": "Ready", "conditions": [READY]}
+
+
 def test_a_value_of_a_form_the_model_does_not_take_is_left_out_on_read() -> None:
     known = read_status(SpeculatorTrainJobStatus, {"phase": "Exploded", "stage": "train", "progress": {"epoch": "x"}})
     assert known == {"stage": "train", "progress": {}}

@@ -142,7 +142,10 @@ def read_status(model: type[Model], raw: dict[str, Any]) -> dict[str, Any]:
         try:
             return model.model_validate(data).model_dump(by_alias=True, exclude_unset=True, mode="json")
         except ValidationError as exc:
-            dropped = sum(_drop(data, err["loc"]) for err in exc.errors())
+            # a required key that is missing: the object that lacks it goes (it cannot stand without it)
+            dropped = sum(
+                _drop(data, err["loc"][:-1] if err["type"] == "missing" else err["loc"]) for err in exc.errors()
+            )
             if not dropped:
                 break
     return {}
