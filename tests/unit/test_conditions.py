@@ -52,3 +52,11 @@ def test_merge_status_sets_the_generation_once_per_type_and_a_none_field_removes
     assert out["conditions"][0]["message"] == "again"
     assert out["conditions"][0]["observedGeneration"] == 7
     assert status["phase"] == "Deploying"  # the status given is not changed in place
+
+
+def test_without_a_generation_the_stored_one_stands_and_no_conditions_key_is_added() -> None:
+    status = {"observedGeneration": 4, "phase": "Ready"}
+    assert merge_status(status, None, phase="Degraded") == {"observedGeneration": 4, "phase": "Degraded"}
+    out = merge_status(status, None, make_condition(5, "Ready", False, "R"))
+    assert out["observedGeneration"] == 4
+    assert [c["type"] for c in out["conditions"]] == ["Ready"]

@@ -76,14 +76,17 @@ def make_condition(generation: int, type_: str, ok: bool | None, reason: str, me
     return Condition(type=type_, status=status, reason=reason, message=message[:1500], observed_generation=generation)
 
 
-def merge_status(status: dict[str, Any], generation: int, *conds: Condition, **fields: Any) -> dict[str, Any]:
-    """`status` with the conditions merged in, observedGeneration set and `fields` set (None removes a key)."""
+def merge_status(status: dict[str, Any], generation: int | None, *conds: Condition, **fields: Any) -> dict[str, Any]:
+    """`status` with the conditions merged in, observedGeneration set (left as stored when `generation` is None)
+    and `fields` set (None removes a key)."""
     out = dict(status)
-    conditions = list(out.get("conditions") or [])
-    for c in conds:
-        conditions = set_condition(conditions, c)
-    out["conditions"] = conditions
-    out["observedGeneration"] = generation
+    if conds or generation is not None:
+        conditions = list(out.get("conditions") or [])
+        for c in conds:
+            conditions = set_condition(conditions, c)
+        out["conditions"] = conditions
+    if generation is not None:
+        out["observedGeneration"] = generation
     out.update(fields)
     return {k: v for k, v in out.items() if v is not None}
 
@@ -107,17 +110,7 @@ def evolve(status: S, generation: int | None, *conds: Condition, **fields: Any) 
     if unknown:
         raise TypeError(f"{model.__name__} has no field {', '.join(unknown)}")
     wire = {model.model_fields[k].alias or k: _wire(v) for k, v in fields.items()}
-    raw = stored(status)
-    if generation is None:  # conditions merged as given, observedGeneration left as it is
-        if conds:
-            conditions = list(raw.get("conditions") or [])
-            for c in conds:
-                conditions = set_condition(conditions, c)
-            raw["conditions"] = conditions
-        out = {k: v for k, v in {**raw, **wire}.items() if v is not None}
-    else:
-        out = merge_status(raw, generation, *conds, **wire)
-    return model.model_validate(out)
+    return model.model_validate(merge_status(stored(status), generation, *conds, **wire))
 
 
 def _wire(value: Any) -> Any:
