@@ -193,21 +193,31 @@ def status_writes_by_cause(port: int) -> dict[str, int]:
     }
 
 
-def lane_waits(port: int) -> str:
-    """How long the operator's work waited for a thread, by pool (its histogram): count, mean, over 1 s, over 5 s."""
-    lanes: dict[str, dict[str, float]] = collections.defaultdict(dict)
+def histograms(port: int, metric: str, by: str) -> str:
+    """One of the operator's histograms, by the label `by`: count, mean, over 1 s, over 5 s."""
+    series: dict[str, dict[str, float]] = collections.defaultdict(dict)
     for s in metric_samples(port):
-        if not s.name.startswith("speculator_lane_wait_seconds"):
+        if not s.name.startswith(metric + "_"):
             continue
-        key = s.name.removeprefix("speculator_lane_wait_seconds_") + s.labels.get("le", "")
-        lanes[s.labels["lane"]][key] = s.value
+        key = s.name.removeprefix(metric + "_") + s.labels.get("le", "")
+        series[s.labels.get(by, "-")][key] = s.value
     out = []
-    for lane, v in sorted(lanes.items()):
+    for label, v in sorted(series.items()):
         n = v.get("count", 0)
         mean = v.get("sum", 0) / n if n else 0
-        out.append(f"{lane} {n:.0f} (mean {mean:.3f} s, over 1 s {n - v.get('bucket1.0', n):.0f}, "
+        out.append(f"{label} {n:.0f} (mean {mean:.3f} s, over 1 s {n - v.get('bucket1.0', n):.0f}, "
                    f"over 5 s {n - v.get('bucket5.0', n):.0f})")  # fmt: skip
     return "; ".join(out)
+
+
+def lane_waits(port: int) -> str:
+    """How long the operator's work waited for a thread, by pool (quick-<Kind>: keys with quick causes only),
+    how long its passes took by lane, and how late its event loop woke."""
+    return (
+        f"waits for a thread: {histograms(port, 'speculator_lane_wait_seconds', 'lane')}\n"
+        f"  passes: {histograms(port, 'speculator_pass_duration_seconds', 'lane')}\n"
+        f"  event loop late: {histograms(port, 'speculator_event_loop_lag_seconds', 'lane')}"
+    )
 
 
 def main() -> None:
@@ -344,7 +354,7 @@ def main() -> None:
             own = status_writes_before_ready(info.audit_log or Path(), start, resources_ready.at)
             print(f"  status writes before the resource's own Ready: {sum(own.values()) / n:.2f} per resource, "
                   f"max {max(own.values(), default=0)}")  # fmt: skip
-            print(f"  waits for a thread until Ready: {waits}")
+            print(f"  until Ready, {waits}")
             conflicts = writes(info.audit_log or Path(), start, ready_at, refused=True)  # type: ignore[arg-type]
             print(f"  writes refused (not stored; read again and retried): {sum(conflicts.values())} {dict(conflicts)}")
             if lags:

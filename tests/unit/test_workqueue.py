@@ -144,9 +144,16 @@ def ordered(
         return DONE
 
     queue: WorkQueue[str] = WorkQueue(
-        handler, workers=1, quick=lambda causes: causes <= QUICK, quick_workers=quick_workers
+        handler,
+        workers=1,
+        quick=lambda causes: causes <= QUICK,
+        quick_workers=quick_workers,
+        waited=lambda _, quick: taken.append(quick),
     )
     return queue, order, started, release
+
+
+taken: list[bool] = []  # whether each pass of `ordered`'s queue was taken as a quick key, in order
 
 
 def test_a_quick_key_is_taken_before_slow_ones_that_arrived_earlier() -> None:
@@ -158,11 +165,13 @@ def test_a_quick_key_is_taken_before_slow_ones_that_arrived_earlier() -> None:
         queue.add("k", "child")
         queue.add("k", "spec")  # a slow cause too: k waits with the others now
         queue.add("q", "child")
+        taken.clear()
         release.set()
         assert queue.wait_idle(LIMIT)
     finally:
         queue.shutdown()
     assert order == ["s1", "q", "s2", "k"]
+    assert taken == [True, False, False]  # each wait is told whether its key was taken as a quick one
 
 
 def test_quick_workers_serve_quick_keys_while_every_other_worker_is_held() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Generic
 
@@ -65,14 +66,14 @@ class Controller:
         """A fresh queue (an operator restarted in the same process starts from nothing)."""
         self.stop()
         self._context = None
-        wait = metrics.LANE_WAIT.labels(f"queue-{self.kind}")
+        slow, quick = metrics.LANE_WAIT.labels(f"queue-{self.kind}"), metrics.LANE_WAIT.labels(f"quick-{self.kind}")
         self.queue = WorkQueue(
             self._pass,
             workers=self.workers,
             base_delay=self._base,
             max_delay=self._max,
             name=f"pass-{self.kind}",
-            waited=wait.observe,
+            waited=lambda seconds, fast: (quick if fast else slow).observe(seconds),
             quick=(lambda causes: bool(causes) and causes <= self.quick) if self.quick else None,
             quick_workers=self.quick_workers,
         )
@@ -107,6 +108,7 @@ class Controller:
     def _counted(self, key: Key, causes: frozenset[str]) -> Result:
         outcome = "ok"
         assert self._run is not None, f"no pass registered for {self.kind}"
+        start = time.perf_counter()
         try:
             result = self._run(key, causes)
             if result.retry:
@@ -122,6 +124,8 @@ class Controller:
             return Result(retry=True)
         finally:
             metrics.PASSES.labels(self.kind, outcome).inc()
+            lane = "quick" if causes and causes <= self.quick else "slow"
+            metrics.PASS_SECONDS.labels(self.kind, lane).observe(time.perf_counter() - start)
 
 
 class StatusRefused(Exception):

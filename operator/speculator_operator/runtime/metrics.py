@@ -49,6 +49,19 @@ LANE_WAIT = Histogram(
     ("lane",),
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
 )
+PASS_SECONDS = Histogram(
+    "speculator_pass_duration_seconds",
+    "How long one pass of the work queue took, from its start to its end, by kind and lane (quick: only causes "
+    "that need no audit or checkpoint read; slow: the others)",
+    ("kind", "lane"),
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+)
+LOOP_LAG = Histogram(
+    "speculator_event_loop_lag_seconds",
+    "How late the operator's event loop (kopf's watches and handlers, the periodic jobs) woke from a timed "
+    "sleep: every trigger waits this long before it is even enqueued",
+    buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
+)
 STAGE_SECONDS = Histogram(
     "speculator_trainjob_stage_duration_seconds",
     "Train-job stage durations (the stage Job's start to its end) by stage and outcome",

@@ -248,4 +248,6 @@ async def _loop() -> None:
                 key = (job.name, uid)
                 if key not in _running and job.every.due(uid, now, found.changed_at):
                     _launch(key, found.body, while_tracked(job.plural, uid, job.fn, found.body))
+        slept = time.monotonic()
         await asyncio.sleep(TICK_SECONDS)
+        metrics.LOOP_LAG.observe(max(0.0, time.monotonic() - slept - TICK_SECONDS))

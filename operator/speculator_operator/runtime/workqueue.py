@@ -65,11 +65,12 @@ class WorkQueue(Generic[K]):
         max_delay: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         name: str = "workqueue",
-        waited: Callable[[float], None] | None = None,
+        waited: Callable[[float, bool], None] | None = None,
         quick: Callable[[frozenset[str]], bool] | None = None,
         quick_workers: int = 0,
     ) -> None:
-        """`waited(seconds)` is told, as each pass starts, how long its key waited in the queue for a worker."""
+        """`waited(seconds, quick)` is told, as each pass starts, how long its key waited in the queue for a worker,
+        and whether it was taken as a quick key."""
         self._handler, self._base, self._max, self._clock = handler, base_delay, max_delay, clock
         self._quick = quick
         self._urgent: deque[K] = deque()  # ready keys whose causes are all quick, in order of arrival
@@ -179,12 +180,13 @@ class WorkQueue(Generic[K]):
                 self._lock.wait()
             if self._stopped:
                 return None
-            key = self._urgent.popleft() if self._urgent else self._queue.popleft()
+            quick = bool(self._urgent)
+            key = self._urgent.popleft() if quick else self._queue.popleft()
             self._processing.add(key)
             since = self._since.pop(key, None)
             causes = frozenset(self._causes.pop(key, set()))
         if self._waited is not None and since is not None:
-            self._waited(self._clock() - since)
+            self._waited(self._clock() - since, quick)
         return key, causes
 
     def _work(self, quick_only: bool = False) -> None:
