@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
-from speculator_operator.controllers import drift, telemetry
+from speculator_operator.controllers import drift, observed, telemetry
 from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.domain.checkpoint import (
     CheckpointError,
@@ -48,6 +48,7 @@ from speculator_operator.planning.retrain import (
     retrain_status,
     train_job_output,
 )
+from speculator_operator.planning.watched import pods_agree, trimmed_pod
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
@@ -158,8 +159,9 @@ class _Pass:
     """One pass of one SpeculatorDeployment: its steps change `status` (a PassStatus) and collect events; the
     pass writes the status once and posts the events at its end."""
 
-    def __init__(self, raw: dict[str, Any]) -> None:
+    def __init__(self, raw: dict[str, Any], seen: observed.Seen | None = None) -> None:
         self.raw, self.body = raw, kopf.Body(cast(kopf.RawBody, raw))
+        self.seen = seen  # the child and pods as the watches showed them (controllers/observed.py)
         meta = raw["metadata"]
         self.namespace, self.name, self.uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
         self.generation = int(meta.get("generation") or 0)
@@ -197,6 +199,8 @@ class _Pass:
                 self.events.append(("Warning", "ApplyFailed", message))
                 self.retry = True
                 return p
+            if ("Deployment", self.name) in applied:
+                observed.applied(applied[("Deployment", self.name)].after)
             said = drift.restored(restoring, applied) if restoring else None
             if said:
                 log.info("%s/%s: %s; restored", self.namespace, self.name, said)
@@ -259,10 +263,16 @@ class _Pass:
 
     def refresh(self, parsed: SpeculatorDeploymentSpec, cause: str) -> None:
         """The replica counts and readiness from the child Deployment (and, while it rolls out, the pods' own
-        words: a stuck pod's problem; once rolled out, the image the kubelet runs)."""
-        current = self.status.status
-        pods = deployment_pods(self.namespace, self.name) if needs_pods(current) else None
-        child = current_child(self.namespace, self.name)
+        words: a stuck pod's problem; once rolled out, the image the kubelet runs). The child and pods that a
+        watch's event showed are used when held (the pods only when they agree with the child), else read."""
+        current, seen = self.status.status, self.seen
+        child = seen.child if seen is not None and seen.child is not None else None
+        if child is None:
+            child = current_child(self.namespace, self.name)
+        pods = None
+        if needs_pods(current):
+            agree = seen is not None and pods_agree(child, seen.pods)
+            pods = seen.pods if seen is not None and agree else deployment_pods(self.namespace, self.name)
         self.status.set(refresh_serving(parsed, current, child, self.generation, pods), cause)
 
     def post(self) -> None:
@@ -279,11 +289,11 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     children changed by hand, or else the input poll; then, if nothing reconciled, the serving counts."""
     namespace, name = key
     raw = kube.read_custom(PLURAL, namespace, name)
-    drifts = drift.take(key)
+    drifts, seen = drift.take(key), observed.take(key)
     if raw is None or raw["metadata"].get("deletionTimestamp"):
         telemetry.held(key)
         return DONE
-    one = _Pass(raw)
+    one = _Pass(raw, seen)
     moved = CONTROLLER.generations.wants(one.uid, one.generation, time.monotonic())
     CONTROLLER.generations.done(one.uid, one.generation)
     parsed = parsed_spec(raw.get("spec") or {})
@@ -370,12 +380,14 @@ async def poll_inputs(body: kopf.Body) -> None:
 def _forget(namespace: str, name: str, uid: str) -> None:
     _polled.pop(uid, None)
     drift.forget((namespace, name))
+    observed.forget((namespace, name))
 
 
 @kopf.on.startup()
 def _fresh(**_: Any) -> None:
     _polled.clear()
     drift.clear()
+    observed.clear()
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -407,15 +419,35 @@ _children = {MANAGED_BY_LABEL: MANAGED_BY, DEPLOYMENT_LABEL: kopf.PRESENT}
 _serving_pods = _children
 
 
+@kopf.index("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]
+async def serving_pods(*, namespace: str | None, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """(namespace, owner) -> its serving pods, trimmed to what the serving counts read (planning/watched.py).
+    kopf runs no handler before every index has its first listing, so a child's event finds them all."""
+    owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
+    return {(namespace, owner): trimmed_pod(body)} if owner and namespace else {}
+
+
+def _watched_pods(kwargs: Mapping[str, Any], namespace: str, owner: str) -> list[dict[str, Any]]:
+    index: kopf.Index[Any, Any] = kwargs["serving_pods"]
+    return list(index.get((namespace, owner), []))
+
+
 @kopf.on.event("apps", "v1", "deployments", labels=_children)  # type: ignore[arg-type]
-async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
-    """A child Deployment moved: its owner is enqueued (replica counts, readiness); deleted or changed by
-    hand, with that held for the pass, which restores it."""
+async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **kwargs: Any) -> None:
+    """A child Deployment moved: its owner is enqueued (replica counts, readiness), with the child and its pods
+    as watched held for the pass, unless nothing the counts read changed; deleted or changed by hand, with
+    that held for the pass, which restores it."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
     if not owner or not type or namespace is None:
         return
     drifted = drift.hold(body, namespace, owner, type)
-    CONTROLLER.enqueue(namespace, owner, Cause.DRIFT if drifted else Cause.CHILD)
+    if not observed.moved(body, type) and not drifted:
+        return
+    if drifted:
+        CONTROLLER.enqueue(namespace, owner, Cause.DRIFT)
+        return
+    observed.hold((namespace, owner), _watched_pods(kwargs, namespace, owner), child=body)
+    CONTROLLER.enqueue(namespace, owner, Cause.CHILD)
 
 
 @kopf.on.event("", "v1", "services", labels=_children)  # type: ignore[arg-type]
@@ -428,11 +460,13 @@ async def other_child_changed(*, body: kopf.Body, namespace: str | None, type: s
 
 
 @kopf.on.event("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]
-async def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
+async def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **kwargs: Any) -> None:
     """A serving pod got stuck (an image the node cannot get, a crash loop, no node for it): its owner says
-    so. Other pod events change nothing the Deployment's own status does not already say."""
+    so (the pods as watched held for its pass). Other pod events change nothing the Deployment's own status
+    does not already say."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
     if owner and namespace is not None and type != "DELETED" and pod_problem(dict(body)) is not None:
+        observed.hold((namespace, owner), _watched_pods(kwargs, namespace, owner))
         CONTROLLER.enqueue(namespace, owner, Cause.CHILD)
 
 

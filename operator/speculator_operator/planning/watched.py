@@ -1,0 +1,91 @@
+"""What the watches' events carry for a SpeculatorDeployment's serving counts, so that the pass a child's event
+asks for need not read the child and its pods again (pure; the event handlers and the pass are in
+controllers/deployment.py and controllers/observed.py).
+
+At 1,000 new SpeculatorDeployments each child Deployment sends five or six events while it rolls out, and each
+asked for a pass that read the object, the child and (while Deploying) the pods before it wrote: half a second of
+a worker each under that load, so a child's readiness waited for a worker (docs/design/runtime.md). Two rules cut
+that, as controller-runtime's predicates and informer caches do:
+
+- `serving_inputs`: the part of a child that `planning/deployment.serving_status` reads. An event that leaves it
+  as it was (a condition's `lastUpdateTime`, the child's own resourceVersion) asks for no pass.
+- The child as its event showed it, and its pods as the pod watch shows them at that moment (`trimmed_child`,
+  `trimmed_pod`: only what the planner reads), are handed to the pass, which uses the pods only when they agree
+  with the child's ready count (`pods_agree`): the two come from different watches, and a pod whose readiness
+  has not reached this process yet would hide a served image or show a problem that is over. When they do not
+  agree, the pass lists the pods as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from speculator_operator.api.labels import REVISION_LABEL
+
+
+def serving_inputs(child: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What `serving_status` reads of a child Deployment: its revision, whether its controller has seen its
+    generation, the replica counts, and a ReplicaFailure condition."""
+    meta = child.get("metadata") or {}
+    st = child.get("status") or {}
+    failure = next((c for c in st.get("conditions") or [] if c.get("type") == "ReplicaFailure"), None)
+    return (
+        (meta.get("annotations") or {}).get(REVISION_LABEL),
+        (st.get("observedGeneration") or 0) >= (meta.get("generation") or 0),
+        st.get("replicas") or 0,
+        st.get("readyReplicas") or 0,
+        st.get("updatedReplicas") or 0,
+        st.get("availableReplicas") or 0,
+        (failure.get("status"), failure.get("message"), failure.get("reason")) if failure else None,
+    )
+
+
+def trimmed_child(child: Mapping[str, Any]) -> dict[str, Any]:
+    """A child Deployment as `serving_status` reads it (no spec, no managedFields)."""
+    meta = child.get("metadata") or {}
+    revision = (meta.get("annotations") or {}).get(REVISION_LABEL)
+    kept = {k: meta[k] for k in ("name", "namespace", "uid", "generation") if k in meta}
+    if revision is not None:
+        kept["annotations"] = {REVISION_LABEL: revision}
+    return {"metadata": kept, "status": dict(child.get("status") or {})}
+
+
+_CONTAINER_STATUS = ("name", "ready", "image", "imageID", "state", "lastState")
+
+
+def trimmed_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A serving pod as `first_problem`, `served_image` and `pods_agree` read it: its name, revision label and
+    deletion, its containers' names and images, their statuses, and its PodScheduled and Ready conditions."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    st = pod.get("status") or {}
+    kept_meta: dict[str, Any] = {"name": meta.get("name")}
+    revision = (meta.get("labels") or {}).get(REVISION_LABEL)
+    if revision is not None:
+        kept_meta["labels"] = {REVISION_LABEL: revision}
+    if meta.get("deletionTimestamp"):
+        kept_meta["deletionTimestamp"] = meta["deletionTimestamp"]
+    status: dict[str, Any] = {
+        "conditions": [c for c in st.get("conditions") or [] if c.get("type") in ("PodScheduled", "Ready")]
+    }
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if st.get(key):
+            status[key] = [{k: cs[k] for k in _CONTAINER_STATUS if k in cs} for cs in st[key]]
+    containers = [{"name": c.get("name"), "image": c.get("image")} for c in spec.get("containers") or []]
+    return {"metadata": kept_meta, "spec": {"containers": containers}, "status": status}
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def pods_agree(child: Mapping[str, Any] | None, pods: list[dict[str, Any]]) -> bool:
+    """Whether the pods as watched are as new as the child: as many of them ready (and not being deleted) as
+    the child's `readyReplicas` counts (its ReplicaSets count the same pods)."""
+    if child is None:
+        return False
+    return sum(1 for p in pods if _ready(p)) == ((child.get("status") or {}).get("readyReplicas") or 0)

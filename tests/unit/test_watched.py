@@ -1,0 +1,178 @@
+"""What a child's event and the pod watch hand a deployment's serving pass (planning/watched.py,
+controllers/observed.py): the events that ask for no pass, the trimmed copies the planner reads the same as the
+whole objects, and when the watched pods are trusted."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.controllers import observed
+from speculator_operator.planning.deployment import served_image, serving_status
+from speculator_operator.planning.pods import first_problem
+from speculator_operator.planning.watched import pods_agree, serving_inputs, trimmed_child, trimmed_pod
+
+REV = "speculators.dev/revision"
+SPEC = SpeculatorDeploymentSpec.model_validate(
+    {"verifier": {"model": "Qwen/Qwen3-8B"}, "speculator": {"source": "hf://acme/d"}, "serving": {"replicas": 2}}
+)
+
+
+def child(ready: int = 0, *, revision: str = "r1", observed_generation: int = 2, **status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "d",
+            "namespace": "ns",
+            "uid": "u-child",
+            "generation": 2,
+            "resourceVersion": "100",
+            "annotations": {REV: revision, "speculators.dev/applied-hash": "abc"},
+            "labels": {"app.kubernetes.io/managed-by": "speculator-operator"},
+            "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"}],
+        },
+        "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "vllm", "image": "server:cpu"}]}}},
+        "status": {
+            "observedGeneration": observed_generation,
+            "replicas": 2,
+            "updatedReplicas": 2,
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "conditions": [
+                {
+                    "type": "Progressing",
+                    "status": "True",
+                    "reason": "ReplicaSetUpdated",
+                    "lastUpdateTime": "2026-12-04T10:00:00Z",
+                },
+            ],
+            **status,
+        },
+    }
+
+
+def pod(
+    name: str, *, ready: bool = True, revision: str = "r1", waiting: str | None = None, **meta: Any
+) -> dict[str, Any]:
+    state: dict[str, Any] = {"waiting": {"reason": waiting, "message": "back-off"}} if waiting else {"running": {}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "labels": {REV: revision, "app": "x"},
+            "uid": name,
+            "managedFields": [{"manager": "kubelet"}],
+            **meta,
+        },
+        "spec": {"containers": [{"name": "vllm", "image": "server:cpu", "args": ["--port", "8000"]}], "nodeName": "n1"},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.1",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Initialized", "status": "True"},
+                {"type": "Ready", "status": "True" if ready else "False"},
+            ],
+            "containerStatuses": [
+                {
+                    "name": "vllm",
+                    "ready": ready,
+                    "image": "server:cpu",
+                    "imageID": "sha256:" + "ab" * 32,
+                    "state": state,
+                    "restartCount": 3,
+                    "started": ready,
+                },
+            ],
+        },
+    }
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    observed.clear()
+    yield
+    observed.clear()
+
+
+def test_an_event_that_changes_nothing_the_counts_read_asks_for_no_pass() -> None:
+    first = child(ready=1)
+    assert observed.moved(first, "ADDED")  # the first event since the operator started always asks
+    same = copy.deepcopy(first)
+    same["metadata"]["resourceVersion"] = "101"
+    same["status"]["conditions"][0]["lastUpdateTime"] = "2026-12-04T10:00:05Z"
+    same["status"]["conditions"][0]["reason"] = "NewReplicaSetAvailable"
+    same["metadata"]["managedFields"].append({"manager": "kubectl-label"})
+    assert serving_inputs(same) == serving_inputs(first)
+    assert not observed.moved(same, "MODIFIED")
+    # each thing serving_status reads moves it
+    for moved in (
+        child(ready=2),
+        child(ready=1, revision="r2"),
+        child(ready=1, observed_generation=1),
+        child(ready=1, replicas=3),
+        child(ready=1, updatedReplicas=1),
+        child(ready=1, availableReplicas=0),
+        child(ready=1, conditions=[{"type": "ReplicaFailure", "status": "True", "message": "quota"}]),
+    ):
+        assert serving_inputs(moved) != serving_inputs(first)
+    assert observed.moved(child(ready=2), "MODIFIED")
+    assert not observed.moved(child(ready=2), "MODIFIED")
+    # a pass's own apply: the watch's echo of the object it got back asks for none, the next status does
+    rolled = child(ready=2, revision="r2", observed_generation=1)
+    observed.applied(rolled)
+    assert not observed.moved(rolled, "MODIFIED")
+    assert observed.moved(child(ready=2, revision="r2"), "MODIFIED")
+    # a deleted child always asks (its owner restores it), and is forgotten: its next event asks again
+    assert observed.moved(child(ready=2), "DELETED")
+    assert observed.moved(child(ready=2), "ADDED")
+
+
+@pytest.mark.parametrize("ready", [0, 1, 2])
+def test_the_trimmed_child_and_pods_say_what_the_whole_objects_say(ready: int) -> None:
+    whole = child(ready=ready, conditions=[{"type": "ReplicaFailure", "status": "True", "message": "quota"}])
+    assert serving_status(SPEC, "r1", trimmed_child(whole)) == serving_status(SPEC, "r1", whole)
+    pods = [pod("a", ready=ready > 0), pod("b", ready=ready > 1), pod("c", revision="r0", waiting="CrashLoopBackOff"),
+            pod("d", ready=False, waiting="ImagePullBackOff")]  # fmt: skip
+    trimmed = [trimmed_pod(p) for p in pods]
+    assert first_problem(trimmed) == first_problem(pods)
+    assert served_image("r1", trimmed) == served_image("r1", pods)
+    assert serving_status(SPEC, "r1", trimmed_child(whole), trimmed) == serving_status(SPEC, "r1", whole, pods)
+    assert "managedFields" not in trimmed_child(whole)["metadata"]
+    assert "spec" not in trimmed_child(whole)
+    assert "managedFields" not in trimmed[0]["metadata"]
+    assert "args" not in trimmed[0]["spec"]["containers"][0]
+
+
+def test_watched_pods_are_used_only_when_they_agree_with_the_childs_ready_count() -> None:
+    pods = [trimmed_pod(pod("a")), trimmed_pod(pod("b", ready=False))]
+    assert pods_agree(trimmed_child(child(ready=1)), pods)
+    # the pod watch has not brought b's readiness yet: read them instead
+    assert not pods_agree(trimmed_child(child(ready=2)), pods)
+    # a pod being deleted is not counted, as its ReplicaSet does not count it
+    leaving = [trimmed_pod(pod("a", deletionTimestamp="2026-12-04T10:00:00Z")), trimmed_pod(pod("b"))]
+    assert pods_agree(trimmed_child(child(ready=1)), leaving)
+    assert not pods_agree(None, pods)
+
+
+def test_what_is_held_is_the_latest_and_is_taken_once() -> None:
+    key = ("ns", "owner")
+    assert observed.take(key) is None
+    observed.hold(key, [pod("a", ready=False)], child=child(ready=0))
+    observed.hold(key, [pod("a")], child=child(ready=1))
+    # a stuck pod's event brings the pods as watched now and keeps the child held before
+    observed.hold(key, [pod("a"), pod("b", waiting="ImagePullBackOff", ready=False)])
+    seen = observed.take(key)
+    assert seen is not None
+    assert seen.child is not None
+    assert seen.child["status"]["readyReplicas"] == 1
+    assert [p["metadata"]["name"] for p in seen.pods] == ["a", "b"]
+    assert observed.take(key) is None
+    observed.hold(key, [])
+    observed.forget(key)
+    assert observed.take(key) is None
