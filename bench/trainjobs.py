@@ -191,7 +191,7 @@ def main() -> None:
                   f"{statistics.median(gaps):.2f} s, p95 {pct(gaps, 0.95):.2f} s, max {max(gaps):.2f} s "
                   "(target <= 2 s)")  # fmt: skip
             # where the wait goes: a key's wait for a worker of its queue, and the passes themselves
-            print(f"  waits for a worker: {lane_waits(port)}")
+            print(f"  {lane_waits(port)}")
             print(f"  passes: {passes(port)}")
         finally:
             if op is not None:

@@ -50,7 +50,8 @@ def moved(child: Mapping[str, Any], type: str) -> bool:
 def applied(child: Mapping[str, Any]) -> None:
     """A pass applied this child (the API server's answer): the watch's echo of that same object asks for no
     pass of its own. The pass planned from what it read; the child's controller always answers a new
-    generation with a status of its own, whose event asks for one."""
+    generation with a status of its own, whose event asks for one, and an apply that leaves the generation as it
+    was (metadata only) leaves the revision and the counts as the pass read them."""
     uid = str((child.get("metadata") or {}).get("uid") or "")
     if uid:
         with _lock:

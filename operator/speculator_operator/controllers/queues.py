@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from speculator_operator.planning.passes import DEPLOYMENT_QUICK, TRAINJOB_QUICK
 from speculator_operator.runtime.controller import Controller
-from speculator_operator.runtime.kube import HANDLER_WORKERS, QUICK_WORKERS
+from speculator_operator.runtime.kube import HANDLER_WORKERS, QUICK_WORKERS, TRAINJOB_QUICK_WORKERS
 
 DEPLOYMENTS = Controller("SpeculatorDeployment", HANDLER_WORKERS, DEPLOYMENT_QUICK, QUICK_WORKERS)
-TRAINJOBS = Controller("SpeculatorTrainJob", HANDLER_WORKERS, TRAINJOB_QUICK, QUICK_WORKERS)
+TRAINJOBS = Controller("SpeculatorTrainJob", HANDLER_WORKERS, TRAINJOB_QUICK, TRAINJOB_QUICK_WORKERS)

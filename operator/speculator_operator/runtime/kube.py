@@ -52,9 +52,12 @@ def load_config() -> None:
 # reaches its first Job sooner with 32 (their reconciles wait on S3).
 HANDLER_WORKERS = int(os.environ.get("SPECULATOR_WORKERS", "32"))
 # Workers per queue that take only quick passes (a child ready, a stage Job done): a burst of audits never
-# holds them. At 1,000 new SpeculatorDeployments 8 were busy 60% of the time on average and a child's readiness
-# waited for one in bursts (p99 2.24 s to Ready); 16 took the same 0.38 s per pass and left it 1.49 s.
+# holds them. Sized per kind (docs/performance/README.md): at 1,000 new SpeculatorDeployments 8 were busy 60% of
+# the time on average and a child's readiness waited for one in bursts (p99 2.24 s to Ready); 16 took the same
+# 0.38 s per pass and left it 1.49 s. At 100 train jobs a stage's pass waited 2 ms for one of 8, and 16 only ran
+# more passes against the API server at once (stage -> next stage p95 0.30 s with 8, about 0.5 s with 16).
 QUICK_WORKERS = int(os.environ.get("SPECULATOR_QUICK_WORKERS", "16"))
+TRAINJOB_QUICK_WORKERS = int(os.environ.get("SPECULATOR_TRAINJOB_QUICK_WORKERS", "8"))
 # periodic work (resyncs, input polls, retries: runtime/scheduler.py) has a pool of its own too
 PERIODIC_WORKERS = int(os.environ.get("SPECULATOR_PERIODIC_WORKERS", "4"))
 
@@ -89,7 +92,8 @@ def api() -> client.ApiClient:
     with a connection for each thread that may call at once (urllib3's default of 10 would close and
     reopen TLS connections all through a burst)."""
     configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = 2 * (HANDLER_WORKERS + QUICK_WORKERS) + PERIODIC_WORKERS + 8  # two queues
+    queues = 2 * HANDLER_WORKERS + QUICK_WORKERS + TRAINJOB_QUICK_WORKERS  # both kinds' work queues
+    configuration.connection_pool_maxsize = queues + PERIODIC_WORKERS + 8
     return client.ApiClient(configuration)
 
 
