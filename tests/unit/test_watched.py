@@ -4,6 +4,7 @@ whole objects, and when the watched pods are trusted."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Iterator
 from typing import Any
@@ -176,3 +177,24 @@ def test_what_is_held_is_the_latest_and_is_taken_once() -> None:
     observed.hold(key, [])
     observed.forget(key)
     assert observed.take(key) is None
+
+
+def test_a_child_deleted_or_changed_by_hand_drops_what_was_held_for_its_owner() -> None:
+    """The drift's pass reads the child itself: a child held from an earlier event may be gone."""
+    from speculator_operator.controllers.deployment import child_changed
+
+    whole = child(ready=1)
+    whole["metadata"]["labels"]["speculators.dev/deployment"] = "owner"
+    index = {("ns", "owner"): [trimmed_pod(pod("a"))]}
+    asyncio.run(child_changed(body=whole, namespace="ns", type="MODIFIED", serving_pods=index))
+    seen = observed.take(("ns", "owner"))
+    assert seen is not None
+    assert seen.child == trimmed_child(whole)
+    assert [p["metadata"]["name"] for p in seen.pods] == ["a"]
+    # the same again asks for nothing and holds nothing
+    asyncio.run(child_changed(body=whole, namespace="ns", type="MODIFIED", serving_pods=index))
+    assert observed.take(("ns", "owner")) is None
+    asyncio.run(child_changed(body=child(ready=2) | {"metadata": whole["metadata"]}, namespace="ns",
+                              type="MODIFIED", serving_pods=index))  # fmt: skip
+    asyncio.run(child_changed(body=whole, namespace="ns", type="DELETED", serving_pods=index))
+    assert observed.take(("ns", "owner")) is None

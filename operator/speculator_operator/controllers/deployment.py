@@ -441,13 +441,13 @@ async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **
     if not owner or not type or namespace is None:
         return
     drifted = drift.hold(body, namespace, owner, type)
-    if not observed.moved(body, type) and not drifted:
-        return
+    changed = observed.moved(body, type)
     if drifted:
+        observed.forget((namespace, owner))  # its pass reads the child itself: one held before may be gone
         CONTROLLER.enqueue(namespace, owner, Cause.DRIFT)
-        return
-    observed.hold((namespace, owner), _watched_pods(kwargs, namespace, owner), child=body)
-    CONTROLLER.enqueue(namespace, owner, Cause.CHILD)
+    elif changed:
+        observed.hold((namespace, owner), _watched_pods(kwargs, namespace, owner), child=body)
+        CONTROLLER.enqueue(namespace, owner, Cause.CHILD)
 
 
 @kopf.on.event("", "v1", "services", labels=_children)  # type: ignore[arg-type]
