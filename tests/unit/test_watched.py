@@ -186,15 +186,15 @@ def test_a_child_deleted_or_changed_by_hand_drops_what_was_held_for_its_owner() 
     whole = child(ready=1)
     whole["metadata"]["labels"]["speculators.dev/deployment"] = "owner"
     index = {("ns", "owner"): [trimmed_pod(pod("a"))]}
-    asyncio.run(child_changed(body=whole, namespace="ns", type="MODIFIED", serving_pods=index))
+    asyncio.run(child_changed(body=whole, namespace="ns", type="MODIFIED", watched_pods=index))
     seen = observed.take(("ns", "owner"))
     assert seen is not None
     assert seen.child == trimmed_child(whole)
     assert [p["metadata"]["name"] for p in seen.pods] == ["a"]
     # the same again asks for nothing and holds nothing
-    asyncio.run(child_changed(body=whole, namespace="ns", type="MODIFIED", serving_pods=index))
+    asyncio.run(child_changed(body=whole, namespace="ns", type="MODIFIED", watched_pods=index))
     assert observed.take(("ns", "owner")) is None
     asyncio.run(child_changed(body=child(ready=2) | {"metadata": whole["metadata"]}, namespace="ns",
-                              type="MODIFIED", serving_pods=index))  # fmt: skip
-    asyncio.run(child_changed(body=whole, namespace="ns", type="DELETED", serving_pods=index))
+                              type="MODIFIED", watched_pods=index))  # fmt: skip
+    asyncio.run(child_changed(body=whole, namespace="ns", type="DELETED", watched_pods=index))
     assert observed.take(("ns", "owner")) is None

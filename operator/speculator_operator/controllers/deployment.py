@@ -420,15 +420,17 @@ _serving_pods = _children
 
 
 @kopf.index("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]
-async def serving_pods(*, namespace: str | None, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+async def watched_pods(*, namespace: str | None, body: kopf.Body, **_: Any) -> dict[Any, Any]:
     """(namespace, owner) -> its serving pods, trimmed to what the serving counts read (planning/watched.py).
-    kopf runs no handler before every index has its first listing, so a child's event finds them all."""
+    kopf runs no handler before every index has its first listing, so a child's event finds them all. (The
+    scrape's targets are an index of their own, controllers/telemetry.serving_pods: kopf names an index by its
+    function, and the handlers get each by that name.)"""
     owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
     return {(namespace, owner): trimmed_pod(body)} if owner and namespace else {}
 
 
 def _watched_pods(kwargs: Mapping[str, Any], namespace: str, owner: str) -> list[dict[str, Any]]:
-    index: kopf.Index[Any, Any] = kwargs["serving_pods"]
+    index: kopf.Index[Any, Any] = kwargs["watched_pods"]
     return list(index.get((namespace, owner), []))
 
 
