@@ -52,10 +52,10 @@ def load_config() -> None:
 # reaches its first Job sooner with 32 (their reconciles wait on S3).
 HANDLER_WORKERS = int(os.environ.get("SPECULATOR_WORKERS", "32"))
 # Workers per queue that take only quick passes (a child ready, a stage Job done): a burst of audits never
-# holds them. Sized per kind (docs/performance/README.md): at 1,000 new SpeculatorDeployments 8 were busy 60% of
-# the time on average and a child's readiness waited for one in bursts (p99 2.24 s to Ready); 16 took the same
-# 0.38 s per pass and left it 1.49 s. At 100 train jobs a stage's pass waited 2 ms for one of 8, and 16 only ran
-# more passes against the API server at once (stage -> next stage p95 0.30 s with 8, about 0.5 s with 16).
+# holds them. Sized per kind (docs/performance/README.md): at 1,000 new SpeculatorDeployments 8 were busy most of
+# the time and a child's readiness waited for one in bursts; 16 took as long per pass and cut those waits. At 100
+# train jobs a stage's pass waited 2 ms for one of 8, and 16 only ran more passes against the API server at once
+# (stage -> next stage p95 0.30 s with 8, about 0.5 s with 16).
 QUICK_WORKERS = int(os.environ.get("SPECULATOR_QUICK_WORKERS", "16"))
 TRAINJOB_QUICK_WORKERS = int(os.environ.get("SPECULATOR_TRAINJOB_QUICK_WORKERS", "8"))
 # periodic work (resyncs, input polls, retries: runtime/scheduler.py) has a pool of its own too
