@@ -12,6 +12,7 @@ import kopf
 import pytest
 
 from speculator_operator.controllers import deployment, telemetry
+from speculator_operator.planning.watched import trimmed_pod
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.telemetry.acceptance import Window
 
@@ -35,8 +36,12 @@ def body() -> kopf.Body:
 @pytest.fixture
 def scrape(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     """A live object with one ready serving pod; the passes the job asks for (its key enqueued), recorded."""
-    target = {"pod": "p0", "ip": "127.0.0.1", "port": 9, "revision": "r1", "ready": True}
-    monkeypatch.setattr(telemetry, "_pods", {(NAMESPACE, NAME): [target]})
+    pod = {
+        "metadata": {"name": "p0", "labels": {"speculators.dev/revision": "r1"}},
+        "spec": {"containers": [{"name": "vllm", "ports": [{"name": "http", "containerPort": 9}]}]},
+        "status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    monkeypatch.setattr(telemetry, "_pods", {(NAMESPACE, NAME): [trimmed_pod(pod)]})
     enqueued: list[Any] = []
     monkeypatch.setattr(telemetry.DEPLOYMENTS, "enqueue", lambda *key_and_cause: enqueued.append(key_and_cause))
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)

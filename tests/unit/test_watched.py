@@ -15,7 +15,14 @@ from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.controllers import observed
 from speculator_operator.planning.deployment import served_image, serving_status
 from speculator_operator.planning.pods import first_problem
-from speculator_operator.planning.watched import pods_agree, serving_inputs, trimmed_child, trimmed_pod
+from speculator_operator.planning.watched import (
+    pods_agree,
+    ready,
+    scrape_target,
+    serving_inputs,
+    trimmed_child,
+    trimmed_pod,
+)
 
 REV = "speculators.dev/revision"
 SPEC = SpeculatorDeploymentSpec.model_validate(
@@ -150,6 +157,25 @@ def test_the_trimmed_child_and_pods_say_what_the_whole_objects_say(ready: int) -
     assert "args" not in trimmed[0]["spec"]["containers"][0]
 
 
+def test_the_scrape_dials_the_trimmed_pod_it_shares_with_the_serving_counts() -> None:
+    """One copy of each serving pod is kept (controllers/observed.serving_pods): the scrape's target comes from
+    it, with the address, the http port and the revision of the whole pod, and the same readiness rule."""
+    whole = pod("a")
+    whole["spec"]["containers"][0]["ports"] = [
+        {"name": "grpc", "containerPort": 9000},
+        {"name": "http", "containerPort": 8000, "protocol": "TCP"},
+    ]
+    trimmed = trimmed_pod(whole)
+    assert scrape_target(trimmed) == {"pod": "a", "ip": "10.0.0.1", "port": 8000, "revision": "r1"}
+    assert scrape_target(trimmed) == scrape_target(whole)
+    assert [p["name"] for p in trimmed["spec"]["containers"][0]["ports"]] == ["http"]
+    # not yet addressed, not ready, or being deleted: the scrape leaves it out, as a ReplicaSet does
+    assert scrape_target(trimmed_pod(pod("b") | {"status": {}}))["ip"] is None
+    assert ready(trimmed)
+    assert not ready(trimmed_pod(pod("c", ready=False)))
+    assert not ready(trimmed_pod(pod("d", deletionTimestamp="2026-12-04T10:00:00Z")))
+
+
 def test_watched_pods_are_used_only_when_they_agree_with_the_childs_ready_count() -> None:
     pods = [trimmed_pod(pod("a")), trimmed_pod(pod("b", ready=False))]
     assert pods_agree(trimmed_child(child(ready=1)), pods)
@@ -186,15 +212,41 @@ def test_a_child_deleted_or_changed_by_hand_drops_what_was_held_for_its_owner() 
     whole = child(ready=1)
     whole["metadata"]["labels"]["speculators.dev/deployment"] = "owner"
     index = {("ns", "owner"): [trimmed_pod(pod("a"))]}
-    asyncio.run(child_changed(body=whole, namespace="ns", type="MODIFIED", watched_pods=index))
+    asyncio.run(child_changed(body=whole, namespace="ns", type="MODIFIED", serving_pods=index))
     seen = observed.take(("ns", "owner"))
     assert seen is not None
     assert seen.child == trimmed_child(whole)
     assert [p["metadata"]["name"] for p in seen.pods] == ["a"]
     # the same again asks for nothing and holds nothing
-    asyncio.run(child_changed(body=whole, namespace="ns", type="MODIFIED", watched_pods=index))
+    asyncio.run(child_changed(body=whole, namespace="ns", type="MODIFIED", serving_pods=index))
     assert observed.take(("ns", "owner")) is None
     asyncio.run(child_changed(body=child(ready=2) | {"metadata": whole["metadata"]}, namespace="ns",
-                              type="MODIFIED", watched_pods=index))  # fmt: skip
-    asyncio.run(child_changed(body=whole, namespace="ns", type="DELETED", watched_pods=index))
+                              type="MODIFIED", serving_pods=index))  # fmt: skip
+    asyncio.run(child_changed(body=whole, namespace="ns", type="DELETED", serving_pods=index))
     assert observed.take(("ns", "owner")) is None
+
+
+def test_a_child_whose_ready_count_moved_asks_for_its_owners_pass_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the pass after readiness moved can make the owner Ready: it goes ahead of the other quick passes."""
+    from speculator_operator.controllers import deployment
+
+    asked: list[tuple[str, int]] = []
+
+    def enqueue(namespace: str, name: str, cause: str, priority: int = 0) -> None:
+        asked.append((cause, priority))
+
+    monkeypatch.setattr(deployment.CONTROLLER, "enqueue", enqueue)
+    index: dict[Any, Any] = {("ns", "owner"): []}
+
+    def event(body: dict[str, Any], type: str = "MODIFIED") -> None:
+        body["metadata"]["labels"]["speculators.dev/deployment"] = "owner"
+        asyncio.run(deployment.child_changed(body=body, namespace="ns", type=type, serving_pods=index))
+
+    event(child(ready=0, observed_generation=1))  # the first event since the operator started
+    event(child(ready=0))  # its controller saw the generation: a count moved, not readiness
+    event(child(ready=1))
+    event(child(ready=1, updatedReplicas=1))
+    event(child(ready=2))
+    event(child(ready=2))  # nothing moved: no pass
+    event(child(ready=2), "DELETED")
+    assert asked == [("child", 0), ("child", 0), ("child", 1), ("child", 0), ("child", 1), ("drift", 0)]

@@ -189,3 +189,36 @@ def test_quick_workers_serve_quick_keys_while_every_other_worker_is_held() -> No
         assert queue.wait_idle(LIMIT)
         queue.shutdown()
     assert order == ["s1", "q", "s2"]
+
+
+def test_a_higher_priority_is_taken_first_in_its_lane_and_a_key_added_again_higher_moves_up() -> None:
+    queue, order, started, release = ordered(quick_workers=0)
+    try:
+        queue.add("s1", "spec")
+        assert started.wait(LIMIT)
+        queue.add("a", "child")
+        queue.add("b", "child")
+        queue.add("r", "child", priority=1)  # arrived last, taken first among the quick keys
+        queue.add("b", "child", priority=1)  # added again higher: ahead of a, behind r (which came first)
+        queue.add("a", "child", priority=0)  # added again lower: keeps its place
+        queue.add("s2", "spec", priority=1)  # a slow key's priority orders only the slow ones
+        queue.add("s3", "spec", priority=2)
+        release.set()
+        assert queue.wait_idle(LIMIT)
+    finally:
+        queue.shutdown()
+    assert order == ["s1", "r", "b", "a", "s3", "s2"]
+
+
+def test_a_priority_given_during_a_pass_orders_the_one_more_pass() -> None:
+    queue, order, started, release = ordered(quick_workers=0)
+    try:
+        queue.add("s1", "child")
+        assert started.wait(LIMIT)
+        queue.add("a", "child")
+        queue.add("s1", "child", priority=1)  # dirty behind its running pass: its next one goes first
+        release.set()
+        assert queue.wait_idle(LIMIT)
+    finally:
+        queue.shutdown()
+    assert order == ["s1", "s1", "a"]

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
-from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
+from speculator_operator.api.labels import DEPLOYMENT_LABEL
 from speculator_operator.controllers import drift, observed, telemetry
 from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.domain.checkpoint import (
@@ -38,7 +38,7 @@ from speculator_operator.planning.deployment import (
     refresh_serving,
 )
 from speculator_operator.planning.inputs import InputAction, draft_change, verifier_change
-from speculator_operator.planning.passes import Cause, Step, deployment_steps, refresh_cause
+from speculator_operator.planning.passes import READINESS_PRIORITY, Cause, Step, deployment_steps, refresh_cause
 from speculator_operator.planning.pods import pod_problem
 from speculator_operator.planning.retrain import (
     adopt_retrain,
@@ -48,8 +48,7 @@ from speculator_operator.planning.retrain import (
     retrain_status,
     train_job_output,
 )
-from speculator_operator.planning.watched import pods_agree, trimmed_pod
-from speculator_operator.render.serving import MANAGED_BY
+from speculator_operator.planning.watched import pods_agree
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.runtime.controller import HOOKS, PassStatus
@@ -415,29 +414,14 @@ async def train_job_changed(*, body: kopf.Body, namespace: str | None, **kwargs:
         CONTROLLER.enqueue(namespace, owner, Cause.TRAINJOB)
 
 
-_children = {MANAGED_BY_LABEL: MANAGED_BY, DEPLOYMENT_LABEL: kopf.PRESENT}
-_serving_pods = _children
-
-
-@kopf.index("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]
-async def watched_pods(*, namespace: str | None, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    """(namespace, owner) -> its serving pods, trimmed to what the serving counts read (planning/watched.py).
-    kopf runs no handler before every index has its first listing, so a child's event finds them all. (The
-    scrape's targets are an index of their own, controllers/telemetry.serving_pods: kopf names an index by its
-    function, and the handlers get each by that name.)"""
-    owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
-    return {(namespace, owner): trimmed_pod(body)} if owner and namespace else {}
-
-
-def _watched_pods(kwargs: Mapping[str, Any], namespace: str, owner: str) -> list[dict[str, Any]]:
-    index: kopf.Index[Any, Any] = kwargs["watched_pods"]
-    return list(index.get((namespace, owner), []))
+_children = observed.SERVING
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=_children)  # type: ignore[arg-type]
 async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **kwargs: Any) -> None:
-    """A child Deployment moved: its owner is enqueued (replica counts, readiness), with the child and its pods
-    as watched held for the pass, unless nothing the counts read changed; deleted or changed by hand, with
+    """A child Deployment moved: its owner is enqueued (replica counts, readiness; ahead of the other quick passes
+    when its ready count moved), with the child and its pods as watched held for the pass, unless nothing the
+    counts read changed; deleted or changed by hand, with
     that held for the pass, which restores it."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
     if not owner or not type or namespace is None:
@@ -448,8 +432,9 @@ async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **
         observed.forget((namespace, owner))  # its pass reads the child itself: one held before may be gone
         CONTROLLER.enqueue(namespace, owner, Cause.DRIFT)
     elif changed:
-        observed.hold((namespace, owner), _watched_pods(kwargs, namespace, owner), child=body)
-        CONTROLLER.enqueue(namespace, owner, Cause.CHILD)
+        observed.hold((namespace, owner), observed.pods(kwargs, (namespace, owner)), child=body)
+        first = READINESS_PRIORITY if changed is observed.Moved.READINESS else 0
+        CONTROLLER.enqueue(namespace, owner, Cause.CHILD, first)
 
 
 @kopf.on.event("", "v1", "services", labels=_children)  # type: ignore[arg-type]
@@ -461,14 +446,14 @@ async def other_child_changed(*, body: kopf.Body, namespace: str | None, type: s
         CONTROLLER.enqueue(namespace, owner, Cause.DRIFT)
 
 
-@kopf.on.event("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]
+@kopf.on.event("", "v1", "pods", labels=_children)  # type: ignore[arg-type]
 async def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **kwargs: Any) -> None:
     """A serving pod got stuck (an image the node cannot get, a crash loop, no node for it): its owner says
     so (the pods as watched held for its pass). Other pod events change nothing the Deployment's own status
     does not already say."""
     owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
     if owner and namespace is not None and type != "DELETED" and pod_problem(dict(body)) is not None:
-        observed.hold((namespace, owner), _watched_pods(kwargs, namespace, owner))
+        observed.hold((namespace, owner), observed.pods(kwargs, (namespace, owner)))
         CONTROLLER.enqueue(namespace, owner, Cause.CHILD)
 
 

@@ -1,16 +1,24 @@
 """A deployment's child and serving pods as the watches last showed them, held in the event loop for the
 owner's next pass (the rules, and why: planning/watched.py). The pass takes what is held when it starts, as it
 takes the drifts (controllers/drift.py) and the scrape's judgement (controllers/telemetry.py); what arrives
-during a pass is held for the one more pass that its event asks for."""
+during a pass is held for the one more pass that its event asks for.
+
+The serving pods are one kopf index, `serving_pods`, of trimmed pods: the serving counts read it here and the
+acceptance scrape (controllers/telemetry.py) takes its targets from it, so each pod is kept once."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
-from speculator_operator.planning.watched import serving_inputs, trimmed_child
+import kopf
+
+from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
+from speculator_operator.planning.watched import ServingInputs, serving_inputs, trimmed_child, trimmed_pod
+from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import metrics
 
 Key = tuple[str, str]  # the owner's (namespace, name)
@@ -25,26 +33,54 @@ class Seen:
     pods: list[dict[str, Any]]
 
 
-_inputs: dict[str, tuple[Any, ...]] = {}  # child uid -> what serving_status read of it at its last event or apply
+SERVING = {MANAGED_BY_LABEL: MANAGED_BY, DEPLOYMENT_LABEL: kopf.PRESENT}  # the operator's serving children
+
+
+@kopf.index("", "v1", "pods", labels=SERVING)  # type: ignore[arg-type]
+async def serving_pods(*, namespace: str | None, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """(namespace, owner) -> its serving pods, trimmed (planning/watched.trimmed_pod), kept by kopf from the pod
+    watch; kopf runs no handler before every index has its first listing, so a child's event finds them all. A
+    coroutine: kopf runs a plain function in its handler pool, where every pod event of a burst would wait behind
+    the other handlers (the events, whole pods, held meanwhile: at 1,000 resources, the operator's memory peak)."""
+    owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
+    return {(namespace, owner): trimmed_pod(body)} if owner and namespace else {}
+
+
+def pods(kwargs: Mapping[str, Any], key: Key) -> list[dict[str, Any]]:
+    """The serving pods of the owner `key` as the index has them now (a handler's kwargs carry the index)."""
+    index: kopf.Index[Any, Any] = kwargs["serving_pods"]
+    return list(index.get(key, []))
+
+
+_inputs: dict[str, ServingInputs] = {}  # child uid -> what serving_status read of it at its last event or apply
 _lock = threading.Lock()  # the event loop and the passes' apply both set it
 metrics.tracked("deployment.children", lambda: len(_inputs))
 _held: dict[Key, Seen] = {}
 metrics.tracked("deployment.seen", lambda: len(_held))
 
 
-def moved(child: Mapping[str, Any], type: str) -> bool:
-    """Whether a child's event changes what the serving counts read of it (its first event since the operator
-    started always does); a deleted child's entry is dropped."""
+class Moved(IntEnum):
+    """What a child's event changed of what the serving counts read (falsy: nothing)."""
+
+    NOTHING = 0
+    INPUTS = 1  # a count, the revision, the observed generation, a ReplicaFailure
+    READINESS = 2  # the ready or available count: the pass that follows can make the owner Ready (or not)
+
+
+def moved(child: Mapping[str, Any], type: str) -> Moved:
+    """What a child's event changes of what the serving counts read of it (its first event since the operator
+    started always changes them); a deleted child's entry is dropped."""
     uid = str((child.get("metadata") or {}).get("uid") or "")
     now = serving_inputs(child)
     with _lock:
         if type == "DELETED":
             _inputs.pop(uid, None)
-            return True
-        if _inputs.get(uid) == now:
-            return False
+            return Moved.READINESS
+        before = _inputs.get(uid)
+        if before == now:
+            return Moved.NOTHING
         _inputs[uid] = now
-        return True
+    return Moved.READINESS if before is not None and before.readiness() != now.readiness() else Moved.INPUTS
 
 
 def applied(child: Mapping[str, Any]) -> None:

@@ -33,12 +33,11 @@ from speculator_operator.api.deployment import (
     SpeculatorDeploymentSpec,
     SpeculatorDeploymentStatus,
 )
-from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, REVISION_LABEL
 from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.planning import Problem, parse_spec
 from speculator_operator.planning.passes import Cause
 from speculator_operator.planning.tuning import blocked, plan_tuning
-from speculator_operator.render.serving import MANAGED_BY
+from speculator_operator.planning.watched import ready, scrape_target
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.telemetry.acceptance import (
@@ -98,37 +97,6 @@ async def close_client() -> None:
 @kopf.on.cleanup()
 async def close_session(**_: Any) -> None:
     await close_client()
-
-
-def _target(pod: kopf.Body) -> dict[str, Any] | None:
-    """A serving pod as a scrape target: its address, the vLLM port, its revision, whether it is Ready."""
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    port = None
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for p in container.get("ports") or []:
-            if p.get("name") == "http":
-                port = p.get("containerPort")
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    return {
-        "pod": meta.get("name"),
-        "ip": status.get("podIP"),
-        "port": port,
-        "revision": (meta.get("labels") or {}).get(REVISION_LABEL),
-        "ready": ready and not meta.get("deletionTimestamp"),
-    }
-
-
-_serving_pods = {MANAGED_BY_LABEL: MANAGED_BY, DEPLOYMENT_LABEL: kopf.PRESENT}
-
-
-@kopf.index("", "v1", "pods", labels=_serving_pods)  # type: ignore[arg-type]
-async def serving_pods(*, body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any) -> dict[Any, Any]:
-    """(namespace, deployment) -> its serving pods as scrape targets, kept by kopf from the pod watch. A
-    coroutine: kopf runs a plain function in its handler pool, where every pod event of a burst would wait
-    behind the reconciles (the events, whole pods, held meanwhile: at 1,000 resources, the operator's
-    memory peak)."""
-    return {(namespace, labels[DEPLOYMENT_LABEL]): _target(body)}
 
 
 async def fetch_metrics(url: str) -> str:
@@ -227,8 +195,8 @@ metrics.tracked("telemetry.positions", lambda: len(_positions))
 
 @kopf.on.startup()
 def keep_index(**kwargs: Any) -> None:
-    """The serving-pod index (kopf keeps it live from the pod watch, and passes it by its name) for the
-    scrape job."""
+    """The serving-pod index (controllers/observed.serving_pods: kopf keeps it live from the pod watch, and
+    passes it by its name) for the scrape job."""
     global _pods
     _pods = kwargs["serving_pods"]
     _windows.clear()  # a restart starts every window afresh (the judgement on record stands meanwhile)
@@ -268,7 +236,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
             _windows[uid] = (window, since)
         refilling = time.monotonic() - since < tuning.window_seconds
         found: Any = _pods.get((namespace, name), []) if _pods is not None else []
-        targets = [t for t in found if t and t.get("ready")]
+        targets = [scrape_target(p) for p in found if ready(p)]
         now = time.monotonic()
         ready_since = _ready_since.setdefault(uid, now) if targets else _ready_since.pop(uid, None)
         if not first_measure_due(current, bool(targets), ready_since, now, SCRAPE_INTERVAL):

@@ -27,6 +27,11 @@ class Cause(StrEnum):
 DEPLOYMENT_QUICK = frozenset({Cause.CHILD, Cause.RESYNC, Cause.SCRAPE})
 TRAINJOB_QUICK = frozenset({Cause.CHILD, Cause.RESYNC, Cause.PROGRESS})
 
+# The priority of a pass asked for by a child whose ready count moved (others: 0), within its lane: at 1,000 new
+# SpeculatorDeployments each child's rollout asks for two or three quick passes and the scrape for one more, and
+# only the one after readiness moved can make its owner Ready (docs/design/runtime.md).
+READINESS_PRIORITY = 1
+
 # causes that always ask a SpeculatorDeployment's pass for the whole reconcile
 FULL = frozenset({Cause.SPEC, Cause.RETRY, Cause.TRAINJOB})
 # causes that ask it for the replica counts and the readiness again

@@ -19,18 +19,34 @@ that, as controller-runtime's predicates and informer caches do:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from speculator_operator.api.labels import REVISION_LABEL
 
 
-def serving_inputs(child: Mapping[str, Any]) -> tuple[Any, ...]:
+class ServingInputs(NamedTuple):
+    """What `serving_status` reads of a child Deployment."""
+
+    revision: str | None
+    observed: bool  # its controller has seen its generation
+    replicas: int
+    ready: int
+    updated: int
+    available: int
+    failure: tuple[Any, Any, Any] | None  # a ReplicaFailure condition's status, message and reason
+
+    def readiness(self) -> tuple[int, int]:
+        """The ready and available counts: what moves the owner's Ready."""
+        return self.ready, self.available
+
+
+def serving_inputs(child: Mapping[str, Any]) -> ServingInputs:
     """What `serving_status` reads of a child Deployment: its revision, whether its controller has seen its
     generation, the replica counts, and a ReplicaFailure condition."""
     meta = child.get("metadata") or {}
     st = child.get("status") or {}
     failure = next((c for c in st.get("conditions") or [] if c.get("type") == "ReplicaFailure"), None)
-    return (
+    return ServingInputs(
         (meta.get("annotations") or {}).get(REVISION_LABEL),
         (st.get("observedGeneration") or 0) >= (meta.get("generation") or 0),
         st.get("replicas") or 0,
@@ -52,11 +68,14 @@ def trimmed_child(child: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _CONTAINER_STATUS = ("name", "ready", "image", "imageID", "state", "lastState")
+SCRAPE_PORT = "http"  # the serving container's port that the scrape reads /metrics from (render/serving.py)
 
 
 def trimmed_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """A serving pod as `first_problem`, `served_image` and `pods_agree` read it: its name, revision label and
-    deletion, its containers' names and images, their statuses, and its PodScheduled and Ready conditions."""
+    """A serving pod as `first_problem`, `served_image`, `pods_agree` and `scrape_target` read it: its name,
+    revision label and deletion, its containers' names, images and http port, their statuses, its PodScheduled
+    and Ready conditions and its address. The one copy of each serving pod the operator keeps (the pod index,
+    controllers/observed.py): the serving counts and the acceptance scrape read the same one."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     st = pod.get("status") or {}
@@ -69,14 +88,40 @@ def trimmed_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     status: dict[str, Any] = {
         "conditions": [c for c in st.get("conditions") or [] if c.get("type") in ("PodScheduled", "Ready")]
     }
+    if st.get("podIP"):
+        status["podIP"] = st["podIP"]
     for key in ("initContainerStatuses", "containerStatuses"):
         if st.get(key):
             status[key] = [{k: cs[k] for k in _CONTAINER_STATUS if k in cs} for cs in st[key]]
-    containers = [{"name": c.get("name"), "image": c.get("image")} for c in spec.get("containers") or []]
+    containers = []
+    for c in spec.get("containers") or []:
+        container = {"name": c.get("name"), "image": c.get("image")}
+        ports = [{"name": p["name"], "containerPort": p.get("containerPort")}
+                 for p in c.get("ports") or [] if p.get("name") == SCRAPE_PORT]  # fmt: skip
+        if ports:
+            container["ports"] = ports
+        containers.append(container)
     return {"metadata": kept_meta, "spec": {"containers": containers}, "status": status}
 
 
-def _ready(pod: Mapping[str, Any]) -> bool:
+def scrape_target(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A serving pod as the acceptance scrape dials it: its name, address, http port and revision."""
+    meta = pod.get("metadata") or {}
+    port = None
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for p in container.get("ports") or []:
+            if p.get("name") == SCRAPE_PORT:
+                port = p.get("containerPort")
+    return {
+        "pod": meta.get("name"),
+        "ip": (pod.get("status") or {}).get("podIP"),
+        "port": port,
+        "revision": (meta.get("labels") or {}).get(REVISION_LABEL),
+    }
+
+
+def ready(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod is Ready and not being deleted (as a ReplicaSet counts it, and as the scrape takes it)."""
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
     conditions = (pod.get("status") or {}).get("conditions") or []
@@ -88,4 +133,4 @@ def pods_agree(child: Mapping[str, Any] | None, pods: list[dict[str, Any]]) -> b
     the child's `readyReplicas` counts (its ReplicaSets count the same pods)."""
     if child is None:
         return False
-    return sum(1 for p in pods if _ready(p)) == ((child.get("status") or {}).get("readyReplicas") or 0)
+    return sum(1 for p in pods if ready(p)) == ((child.get("status") or {}).get("readyReplicas") or 0)

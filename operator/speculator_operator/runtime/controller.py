@@ -83,10 +83,11 @@ class Controller:
             self.queue.shutdown(timeout=5.0)
             self.queue = None
 
-    def enqueue(self, namespace: str, name: str, cause: str) -> None:
+    def enqueue(self, namespace: str, name: str, cause: str, priority: int = 0) -> None:
+        """A pass of the object for `cause`; one of a higher `priority` is taken first in its lane."""
         if self.queue is not None:
             self._keep_context()
-            self.queue.add((namespace, name), cause)
+            self.queue.add((namespace, name), cause, priority)
 
     def enqueue_after(self, namespace: str, name: str, cause: str, delay: float) -> None:
         if self.queue is not None:

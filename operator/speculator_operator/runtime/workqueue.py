@@ -12,7 +12,10 @@ tuning decision, a publish, a drift) only *adds the object's key with its cause*
   without back-off;
 - a key whose gathered causes are all quick ones (`quick(causes)`: a child's readiness, say) is taken before
   the others, and `quick_workers` workers take only such keys: a burst of slow passes (audits of a thousand new
-  objects) never makes a child's event wait behind it. A quick key that is given a slow cause joins the others.
+  objects) never makes a child's event wait behind it. A quick key that is given a slow cause joins the others;
+- within each of the two, a key added with a higher `priority` is taken first, then in order of arrival; a key
+  added again with a higher priority than it has moves up (controller-runtime's `priorityqueue`, `AddWithOpts`
+  with `Priority`): among a thousand objects' quick passes, the one that makes an object Ready is not the last.
 
 Why it is built so (docs/design/runtime.md): the controllers' passes read, plan, apply children and write
 status; two passes of one object at once, from copies of different ages, could apply an older revision over a
@@ -46,6 +49,33 @@ class Result:
 DONE = Result()
 
 
+class _Lane(Generic[K]):
+    """Ready keys by priority (highest first), each priority in order of arrival."""
+
+    def __init__(self) -> None:
+        self._keys: dict[int, deque[K]] = {}
+        self._priority: dict[K, int] = {}
+
+    def push(self, key: K, priority: int) -> None:
+        self._priority[key] = priority
+        self._keys.setdefault(priority, deque()).append(key)
+
+    def remove(self, key: K) -> None:
+        self._keys[self._priority.pop(key)].remove(key)
+
+    def pop(self) -> K:
+        key = self._keys[max(p for p, keys in self._keys.items() if keys)].popleft()
+        del self._priority[key]
+        return key
+
+    def priority(self, key: K) -> int | None:
+        """The key's priority here (None: not here)."""
+        return self._priority.get(key)
+
+    def __len__(self) -> int:
+        return len(self._priority)
+
+
 @dataclass(order=True)
 class _Timer(Generic[K]):
     due: float
@@ -73,12 +103,13 @@ class WorkQueue(Generic[K]):
         and whether it was taken as a quick key."""
         self._handler, self._base, self._max, self._clock = handler, base_delay, max_delay, clock
         self._quick = quick
-        self._urgent: deque[K] = deque()  # ready keys whose causes are all quick, in order of arrival
+        self._urgent: _Lane[K] = _Lane()  # ready keys whose causes are all quick
         self._waited = waited
         self._since: dict[K, float] = {}  # queued keys -> when they became ready
         self._lock = threading.Condition()
-        self._queue: deque[K] = deque()  # the other ready keys, in order of arrival
+        self._queue: _Lane[K] = _Lane()  # the other ready keys
         self._causes: dict[K, set[str]] = {}  # queued or dirty keys -> the causes gathered for their next pass
+        self._priority: dict[K, int] = {}  # queued or dirty keys -> the highest priority they were added with
         self._processing: set[K] = set()
         self._failures: dict[K, int] = {}  # consecutive failed passes per key: the back-off's exponent
         self._timers: list[_Timer[K]] = []
@@ -96,28 +127,38 @@ class WorkQueue(Generic[K]):
 
     # ---- triggers ----------------------------------------------------------------------------------------
 
-    def add(self, key: K, cause: str) -> None:
+    def add(self, key: K, cause: str, priority: int = 0) -> None:
         """Ask for a pass of `key` because of `cause`: queued, merged into a queued one, or one more after the
-        running one."""
+        running one; taken before the keys of a lower `priority` in its lane."""
         with self._lock:
             if self._stopped:
                 return
             pending = self._causes.get(key)
             if pending is not None:
                 pending.add(cause)  # queued, or dirty behind its running pass: it will be seen
-                if key in self._urgent and not self._is_quick(pending):
-                    self._urgent.remove(key)  # a slow cause now: it waits with the others
-                    self._queue.append(key)
+                raised = priority > self._priority.get(key, 0)
+                if raised:
+                    self._priority[key] = priority
+                lane = self._urgent if self._urgent.priority(key) is not None else self._queue
+                slowed = lane is self._urgent and not self._is_quick(pending)
+                if lane.priority(key) is not None and (raised or slowed):
+                    lane.remove(key)  # a slow cause now: it waits with the others; or it moves up in its lane
+                    self._push(key)
                 return
             self._causes[key] = {cause}
+            self._priority[key] = priority
             if key not in self._processing:
                 self._ready(key)
 
     def _is_quick(self, causes: set[str] | frozenset[str]) -> bool:
         return self._quick is not None and self._quick(frozenset(causes))
 
+    def _push(self, key: K) -> None:
+        lane = self._urgent if self._is_quick(self._causes.get(key, set())) else self._queue
+        lane.push(key, self._priority.get(key, 0))
+
     def _ready(self, key: K) -> None:
-        (self._urgent if self._is_quick(self._causes.get(key, set())) else self._queue).append(key)
+        self._push(key)
         self._since[key] = self._clock()
         self._lock.notify_all()
 
@@ -181,7 +222,8 @@ class WorkQueue(Generic[K]):
             if self._stopped:
                 return None
             quick = bool(self._urgent)
-            key = self._urgent.popleft() if quick else self._queue.popleft()
+            key = self._urgent.pop() if quick else self._queue.pop()
+            self._priority.pop(key, None)
             self._processing.add(key)
             since = self._since.pop(key, None)
             causes = frozenset(self._causes.pop(key, set()))
