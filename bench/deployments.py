@@ -326,11 +326,13 @@ def main() -> None:
                 time.sleep(1)
             after_ready = writes(info.audit_log or Path(), ready_at)  # type: ignore[arg-type]
             idle_start = stamp()
+            causes_before_idle = status_writes_by_cause(port)
             t_idle = time.monotonic()
             while time.monotonic() - t_idle < args.idle:
                 peak = max(peak, proc.memory_info().rss)
                 time.sleep(1)
             idle = writes(info.audit_log or Path(), idle_start)  # type: ignore[arg-type]
+            idle_causes = {k: v - causes_before_idle.get(k, 0) for k, v in status_writes_by_cause(port).items()}
             total = writes(info.audit_log or Path(), start, ready_at)  # type: ignore[arg-type]
             op.terminate()
             op.wait(30)
@@ -365,7 +367,8 @@ def main() -> None:
                     f"max {max(values):.2f} s" + (f"; over 10 s: {late[:5]}" if late else "")
                 )
             print(f"  writes after Ready until quiet: {sum(after_ready.values())} {dict(after_ready)}")
-            print(f"  writes during {args.idle:.0f} s idle (resync every 60 s): {sum(idle.values())} {dict(idle)}")
+            print(f"  writes during {args.idle:.0f} s idle (resync every 60 s): {sum(idle.values())} {dict(idle)}; "
+                  f"status writes by cause: {({k: v for k, v in idle_causes.items() if v})}")  # fmt: skip
             print(f"  operator peak RSS: {peak / 2**20:.0f} MiB")
         finally:
             if op is not None and op.poll() is None:  # an interrupted run leaves no operator behind
