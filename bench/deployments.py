@@ -283,7 +283,7 @@ def main() -> None:
             op = subprocess.Popen(["speculator-operator", "run", *verbose, "--namespace", "bench-operator"],
                                   env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
             proc = psutil.Process(op.pid)
-            peak = 0
+            peak, peak_at = 0, 0.0  # the operator's highest RSS seen, and when (s after the first create)
             objects = client.CustomObjectsApi(api)
             children_ready = ReadyTimes(apps.list_namespaced_deployment, deployment_ready, namespace="bench-operator")
             resources_ready = ReadyTimes(objects.list_namespaced_custom_object, resource_ready,
@@ -298,7 +298,9 @@ def main() -> None:
                     "speculatordeployments", {"apiVersion": "speculators.dev/v1alpha1",
                     "kind": "SpeculatorDeployment", "metadata": {"name": f"d{i}"}, "spec": spec})  # fmt: skip
             while True:
-                peak = max(peak, proc.memory_info().rss)
+                rss = proc.memory_info().rss
+                if rss > peak:
+                    peak, peak_at = rss, time.monotonic() - t0
                 items = objects.list_namespaced_custom_object("speculators.dev", "v1alpha1", "bench-operator",
                                                               "speculatordeployments")["items"]  # fmt: skip
                 if sum(1 for it in items if (it.get("status") or {}).get("phase") == "Ready") >= n:
@@ -307,6 +309,7 @@ def main() -> None:
                     raise TimeoutError("operator: not all Ready within 1800 s")
                 time.sleep(0.5)
             with_operator = time.monotonic() - t0
+            rss_ready = proc.memory_info().rss
             ready_at = stamp()
             causes = status_writes_by_cause(port)
             waits = lane_waits(port)
@@ -329,8 +332,11 @@ def main() -> None:
             causes_before_idle = status_writes_by_cause(port)
             t_idle = time.monotonic()
             while time.monotonic() - t_idle < args.idle:
-                peak = max(peak, proc.memory_info().rss)
+                rss = proc.memory_info().rss
+                if rss > peak:
+                    peak, peak_at = rss, time.monotonic() - t0
                 time.sleep(1)
+            rss_idle = proc.memory_info().rss
             idle = writes(info.audit_log or Path(), idle_start)  # type: ignore[arg-type]
             idle_causes = {k: v - causes_before_idle.get(k, 0) for k, v in status_writes_by_cause(port).items()}
             total = writes(info.audit_log or Path(), start, ready_at)  # type: ignore[arg-type]
@@ -369,7 +375,9 @@ def main() -> None:
             print(f"  writes after Ready until quiet: {sum(after_ready.values())} {dict(after_ready)}")
             print(f"  writes during {args.idle:.0f} s idle (resync every 60 s): {sum(idle.values())} {dict(idle)}; "
                   f"status writes by cause: {({k: v for k, v in idle_causes.items() if v})}")  # fmt: skip
-            print(f"  operator peak RSS: {peak / 2**20:.0f} MiB")
+            print(f"  operator peak RSS: {peak / 2**20:.0f} MiB, {peak_at:.0f} s after the first create; "
+                  f"{rss_ready / 2**20:.0f} MiB when all were Ready, {rss_idle / 2**20:.0f} MiB after the idle "
+                  "period")  # fmt: skip
         finally:
             if op is not None and op.poll() is None:  # an interrupted run leaves no operator behind
                 op.kill()
