@@ -14,7 +14,8 @@ task per object and kind. Here:
   periodic jobs (`every`) of every object it has seen, at most one run per object and job at a time. The
   jobs decide in the loop whether anything is due, do slow reads (a log, a scrape, a revision) in a lane of
   their own, hold what they observed in memory, and enqueue the object: only its pass writes.
-  Bodies are kept without managedFields: what the jobs read, nothing more.
+  Bodies are kept without managedFields (what the jobs read, nothing more), as compact JSON decoded for each
+  job run (`_Seen`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -55,8 +57,16 @@ class _Periodic:
 
 @dataclass
 class _Seen:
-    body: kopf.Body
+    """An object as its latest event showed it, kept as compact JSON and decoded for each job that runs: the
+    decoded tree of a SpeculatorDeployment with its status is some hundreds of small Python objects, and at
+    1,000 objects those trees were the largest thing the operator held (docs/performance/README.md)."""
+
+    kept: bytes
     changed_at: float
+
+    @property
+    def body(self) -> kopf.Body:
+        return kopf.Body(json.loads(self.kept))
 
 
 _jobs: list[_Periodic] = []
@@ -126,14 +136,14 @@ def _track(plural: str) -> None:
         _start()
 
 
-def _kept(body: Mapping[str, Any]) -> kopf.Body:
+def _kept(body: Mapping[str, Any]) -> bytes:
     meta = body.get("metadata") or {}
     kept = {k: meta[k] for k in ("name", "namespace", "uid", "generation", "labels", "deletionTimestamp") if k in meta}
     raw = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": kept}
     for key in ("spec", "status"):
         if key in body:
             raw[key] = dict(body[key] or {})
-    return kopf.Body(raw)  # type: ignore[arg-type]
+    return json.dumps(raw, separators=(",", ":")).encode()
 
 
 def seen(plural: str, body: Mapping[str, Any], type: str | None) -> None:
@@ -247,7 +257,8 @@ async def _loop() -> None:
             for uid, found in list(_objects[job.plural].items()):
                 key = (job.name, uid)
                 if key not in _running and job.every.due(uid, now, found.changed_at):
-                    _launch(key, found.body, while_tracked(job.plural, uid, job.fn, found.body))
+                    body = found.body
+                    _launch(key, body, while_tracked(job.plural, uid, job.fn, body))
         slept = time.monotonic()
         await asyncio.sleep(TICK_SECONDS)
         metrics.LOOP_LAG.observe(max(0.0, time.monotonic() - slept - TICK_SECONDS))
