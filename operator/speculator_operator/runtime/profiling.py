@@ -20,6 +20,7 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from speculator_operator.runtime.allocator import mallinfo
 
@@ -101,6 +102,53 @@ def census(top: int = 15) -> list[str]:
     return lines
 
 
+def _shape(obj: object) -> str:
+    keys = sorted(str(k) for k in obj)[:6]  # type: ignore[attr-defined]
+    return "{" + ",".join(keys) + (",…" if len(obj) > 6 else "") + "}"  # type: ignore[arg-type]
+
+
+def _label(obj: object) -> str:
+    if type(obj) is dict:
+        return _shape(obj)
+    if type(obj) is type(sys):
+        return f"module {obj.__name__}"
+    return type(obj).__qualname__
+
+
+def shapes(top: int = 25) -> list[str]:
+    """The dicts alive, by their keys, with one chain of what holds them: which kind of state is kept many times
+    over (a pod's condition, a body's metadata) and by whom. The collector does not track a dict of plain
+    values, so the dicts are found as what the tracked objects refer to."""
+    parent_of: dict[int, object] = {}
+    dicts: dict[int, dict[Any, Any]] = {}
+    for parent in gc.get_objects():
+        for child in gc.get_referents(parent):
+            if id(child) not in parent_of and type(child) in (dict, list, tuple, set):
+                parent_of[id(child)] = parent
+                if type(child) is dict:
+                    dicts[id(child)] = child
+    counts: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
+    example: dict[str, dict[Any, Any]] = {}
+    for found in dicts.values():
+        shape = _shape(found)
+        counts[shape] += 1
+        sizes[shape] += sys.getsizeof(found)
+        example.setdefault(shape, found)
+    lines = [f"{'MiB':>8} {'dicts':>9}  keys, then one chain of holders — {len(dicts)} dicts"]
+    for shape, count in counts.most_common(top):
+        chain: list[str] = []
+        at: object = example[shape]
+        for _ in range(7):
+            holder = parent_of.get(id(at))
+            if holder is None:
+                break
+            chain.append(_label(holder)[:60])
+            at = holder
+        lines.append(f"{sizes[shape] / 2**20:8.2f} {count:9d}  {shape[:80]} <- {' <- '.join(chain)}")
+    return lines
+
+
 def _owner(traceback: tracemalloc.Traceback) -> str:
     """The package responsible for an allocation: the innermost frame outside the standard library and the
     import machinery (json's decoder allocates, but for whoever asked it to decode), with the allocating
@@ -156,6 +204,7 @@ def report() -> str:
             allocator(),
             python_allocator(),
             *census(),
+            *shapes(),
         ]) + "\n"  # fmt: skip
     traced, peak = tracemalloc.get_traced_memory()
     lines = [
