@@ -5,6 +5,7 @@ retention prunes); each reads, asks a planner, applies and writes status. `kopf 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import kopf
@@ -14,6 +15,8 @@ from speculator_operator.controllers import deployment, telemetry, trainjob  # n
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube, metrics
 
+# how long kopf's worker for one object waits for its next event before it exits (kopf's default is 5 s)
+IDLE_WORKER_SECONDS = float(os.environ.get("SPECULATOR_IDLE_WORKER_SECONDS", "0.5"))
 # the kinds of the operator's children it watches (group, plural; all at v1)
 CHILD_KINDS = (
     ("", "pods"),
@@ -40,6 +43,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 270
     watch_only_children(settings)
+    # kopf's worker for one object keeps its last event (the whole decoded body, managedFields and all) until it
+    # has idled this long; at 5 s (kopf's default) some hundreds of them held their bodies at once under a burst,
+    # and what they freed left Python's arenas fragmented (docs/performance/README.md). A later event starts a
+    # new worker: the handlers here only enqueue, so nothing waits on one.
+    settings.queueing.idle_timeout = IDLE_WORKER_SECONDS
     # every handler is a coroutine; the passes run on the kinds' work queues (runtime/controller.py)
     settings.execution.max_workers = 4
     # the operator's own /metrics: acceptance per deployment, scrape outcomes (telemetry.py), its work
