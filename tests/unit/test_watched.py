@@ -14,7 +14,7 @@ import pytest
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.controllers import observed
 from speculator_operator.planning.deployment import served_image, serving_status
-from speculator_operator.planning.pods import first_problem
+from speculator_operator.planning.pods import first_problem, pod_problem
 from speculator_operator.planning.watched import (
     pods_agree,
     ready,
@@ -155,6 +155,31 @@ def test_the_trimmed_child_and_pods_say_what_the_whole_objects_say(ready: int) -
     assert "spec" not in trimmed_child(whole)
     assert "managedFields" not in trimmed[0]["metadata"]
     assert "args" not in trimmed[0]["spec"]["containers"][0]
+
+
+def test_a_trimmed_pod_keeps_every_problem_the_whole_pod_shows_and_no_timestamps() -> None:
+    started = {"startedAt": "2026-12-05T08:00:00Z", "finishedAt": "2026-12-05T08:01:00Z", "containerID": "c://1"}
+    crash = pod("a", ready=False, waiting="CrashLoopBackOff")
+    crash["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"reason": "Error", "exitCode": 3, **started}}
+    oom = pod("b", ready=False)
+    oom["status"]["containerStatuses"][0]["state"] = {"terminated": {"reason": "OOMKilled", "exitCode": 137, **started}}
+    unschedulable = pod("c", ready=False)
+    unschedulable["status"]["conditions"][0] = {
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/4 nodes are available",
+        "lastProbeTime": None, "lastTransitionTime": "2026-12-05T08:00:00Z",
+    }  # fmt: skip
+    init_stuck = pod("d", ready=False)
+    init_stuck["status"]["initContainerStatuses"] = [
+        {"name": "stage", "ready": False, "image": "op", "imageID": "", "restartCount": 0,
+         "state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}
+    ]  # fmt: skip
+    for whole in (crash, oom, unschedulable, init_stuck):
+        trimmed = trimmed_pod(whole)
+        assert pod_problem(trimmed) == pod_problem(whole) is not None
+        for dropped in ("lastTransitionTime", "lastProbeTime", "startedAt", "finishedAt", "containerID"):
+            assert dropped not in str(trimmed)
+    # a running container keeps no state at all: nothing reads it
+    assert "state" not in trimmed_pod(pod("e"))["status"]["containerStatuses"][0]
 
 
 def test_the_scrape_dials_the_trimmed_pod_it_shares_with_the_serving_counts() -> None:

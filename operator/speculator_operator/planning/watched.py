@@ -67,14 +67,34 @@ def trimmed_child(child: Mapping[str, Any]) -> dict[str, Any]:
     return {"metadata": kept, "status": dict(child.get("status") or {})}
 
 
-_CONTAINER_STATUS = ("name", "ready", "image", "imageID", "state", "lastState")
+_CONTAINER_STATUS = ("name", "ready", "image", "imageID")
+# what planning/pods.py reads of a container's state and last state, and of a pod's condition: no timestamps
+_STATE = {"waiting": ("reason", "message"), "terminated": ("reason", "exitCode")}
+_CONDITION = ("type", "status", "reason", "message")
+
+
+def _state(state: Mapping[str, Any] | None, kinds: tuple[str, ...]) -> dict[str, Any]:
+    state = state or {}
+    return {kind: {k: state[kind][k] for k in _STATE[kind] if k in state[kind]} for kind in kinds if state.get(kind)}
+
+
+def _container_status(cs: Mapping[str, Any]) -> dict[str, Any]:
+    kept = {k: cs[k] for k in _CONTAINER_STATUS if k in cs}
+    if state := _state(cs.get("state"), ("waiting", "terminated")):
+        kept["state"] = state
+    if last := _state(cs.get("lastState"), ("terminated",)):
+        kept["lastState"] = last
+    return kept
+
+
 SCRAPE_PORT = "http"  # the serving container's port that the scrape reads /metrics from (render/serving.py)
 
 
 def trimmed_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     """A serving pod as `first_problem`, `served_image`, `pods_agree` and `scrape_target` read it: its name,
-    revision label and deletion, its containers' names, images and http port, their statuses, its PodScheduled
-    and Ready conditions and its address. The one copy of each serving pod the operator keeps (the pod index,
+    revision label and deletion, its containers' names, images and http port, their statuses (a waiting or
+    terminated state and a terminated last state, without timestamps), its PodScheduled and Ready conditions
+    (without timestamps) and its address. The one copy of each serving pod the operator keeps (the pod index,
     controllers/observed.py): the serving counts and the acceptance scrape read the same one."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -86,13 +106,17 @@ def trimmed_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     if meta.get("deletionTimestamp"):
         kept_meta["deletionTimestamp"] = meta["deletionTimestamp"]
     status: dict[str, Any] = {
-        "conditions": [c for c in st.get("conditions") or [] if c.get("type") in ("PodScheduled", "Ready")]
+        "conditions": [
+            {k: c[k] for k in _CONDITION if k in c}
+            for c in st.get("conditions") or []
+            if c.get("type") in ("PodScheduled", "Ready")
+        ]
     }
     if st.get("podIP"):
         status["podIP"] = st["podIP"]
     for key in ("initContainerStatuses", "containerStatuses"):
         if st.get(key):
-            status[key] = [{k: cs[k] for k in _CONTAINER_STATUS if k in cs} for cs in st[key]]
+            status[key] = [_container_status(cs) for cs in st[key]]
     containers = []
     for c in spec.get("containers") or []:
         container = {"name": c.get("name"), "image": c.get("image")}
