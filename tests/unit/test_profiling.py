@@ -47,9 +47,21 @@ def test_the_census_counts_live_objects_by_type_without_tracing() -> None:
     assert lines[1].startswith("C allocator: in use ")
     arenas = int(lines[2].split(": ")[1].split()[0])
     assert arenas >= 2  # 50,000 objects need more than one arena of 1 MiB
-    rows = {line.split()[-1]: int(line.split()[1]) for line in lines[4:]}
+    end = next(i for i, line in enumerate(lines) if line.split()[1] == "dicts")  # where the dict shapes start
+    rows = {line.split()[-1]: int(line.split()[1]) for line in lines[4:end]}
     assert rows.get("test_the_census_counts_live_objects_by_type_without_tracing.<locals>.Kept", 0) >= 50000, text
     assert len(kept) == 50000
+
+
+def test_the_census_names_a_dict_shape_kept_many_times_and_what_holds_it() -> None:
+    kept = [{"censusProbe": i, "reason": "x"} for i in range(20000)]
+    lines = report().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[1] == "dicts")
+    rows = [line for line in lines[start + 1 :] if "{censusProbe,reason}" in line]
+    assert len(rows) == 1, lines[start:]
+    assert int(rows[0].split()[1]) >= 20000
+    assert rows[0].split(" <- ")[1] == "list"  # the holder: the list above
+    assert len(kept) == 20000
 
 
 def test_an_allocation_is_owned_by_whoever_asked_the_standard_library() -> None:
