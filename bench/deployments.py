@@ -185,6 +185,14 @@ def metric_samples(port: int) -> list[Any]:
     return [s for family in text_string_to_metric_families(text) for s in family.samples]
 
 
+def listed(objects: Any) -> list[dict[str, Any]]:
+    """The bench's SpeculatorDeployments as the API server holds them now."""
+    items: list[dict[str, Any]] = objects.list_namespaced_custom_object(
+        "speculators.dev", "v1alpha1", "bench-operator", "speculatordeployments"
+    )["items"]
+    return items
+
+
 def status_writes_by_cause(port: int) -> dict[str, int]:
     """The operator's own count of its stored status writes, by what asked for them."""
     return {
@@ -302,8 +310,7 @@ def main() -> None:
                 rss = proc.memory_info().rss
                 if rss > peak:
                     peak, peak_at = rss, time.monotonic() - t0
-                items = objects.list_namespaced_custom_object("speculators.dev", "v1alpha1", "bench-operator",
-                                                              "speculatordeployments")["items"]  # fmt: skip
+                items = listed(objects)
                 if sum(1 for it in items if (it.get("status") or {}).get("phase") == "Ready") >= n:
                     break
                 if time.monotonic() - t0 > 1800:
@@ -324,8 +331,7 @@ def main() -> None:
             # load the last ones land after all are Ready: the idle period starts once each has had its own
             t_measured = time.monotonic()
             while True:
-                items = objects.list_namespaced_custom_object("speculators.dev", "v1alpha1", "bench-operator",
-                                                              "speculatordeployments")["items"]  # fmt: skip
+                items = listed(objects)
                 unmeasured = sum(1 for it in items if not (it.get("status") or {}).get("acceptance"))
                 if unmeasured == 0 or time.monotonic() - t_measured > 300:
                     break
