@@ -83,8 +83,10 @@ def test_a_client_stage_waits_for_its_server() -> None:
     done = {s: job("done") for s in ORDER[:2]}
     p = run(observed(jobs=done))
     assert kinds(p) == [("Deployment", "q-extractor"), ("Service", "q-extractor")]  # the workspace: with the first Job
-    ready = {c["type"]: c for c in p.status["conditions"]}["Ready"]
-    assert ready["reason"] == "WaitingForServer"
+    conds = {c["type"]: c for c in p.status["conditions"]}
+    assert conds["Failed"]["status"] == "False"
+    assert conds["Failed"]["reason"] == "WaitingForServer"
+    assert "Ready" not in conds  # a started run has no Ready until it ends (kstatus: Current, as a started Job)
     up = {"metadata": {"name": "q-extractor", "generation": 1}, "spec": {"replicas": 1},
           "status": {"observedGeneration": 1, "availableReplicas": 1}}  # fmt: skip
     p = run(observed(jobs=done, servers={"extractor": up}))
@@ -238,8 +240,8 @@ def test_a_stuck_stage_pod_is_named_in_the_status() -> None:
     obs.stuck["fetch"] = ("ErrImagePull", "pod q-fetch-x, container main: ErrImagePull: connection refused")
     p = run(obs)
     conds = {c["type"]: c for c in p.status["conditions"]}
-    assert conds["Ready"]["reason"] == "ErrImagePull"
-    assert "connection refused" in conds["Ready"]["message"]
+    assert conds["Failed"]["reason"] == "ErrImagePull"
+    assert "connection refused" in conds["Failed"]["message"]
     assert "ErrImagePull" in p.status["stages"][0]["message"]
 
 
@@ -366,8 +368,8 @@ def test_an_evaluation_server_that_never_becomes_ready_fails_after_the_timeout()
     done = {s: job("done") for s in EVAL_ORDER[:5]}
     within = datetime(2026, 11, 29, 10, 9, 0, tzinfo=UTC)  # 540 s after its creation: still waiting
     p = run(observed(jobs=done, servers={"evaluator": evaluator(False)}, at=within), EVALUATED)
-    ready = {c["type"]: c for c in p.status["conditions"]}["Ready"]
-    assert ready["reason"] == "WaitingForServer"
+    waiting = {c["type"]: c for c in p.status["conditions"]}["Failed"]
+    assert (waiting["status"], waiting["reason"]) == ("False", "WaitingForServer")
     late = datetime(2026, 11, 29, 10, 10, 1, tzinfo=UTC)
     p = run(observed(jobs=done, servers={"evaluator": evaluator(False)}, at=late), EVALUATED)
     failed = {c["type"]: c for c in p.status["conditions"]}["Failed"]

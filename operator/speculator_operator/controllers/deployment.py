@@ -37,6 +37,7 @@ from speculator_operator.planning.deployment import (
     plan,
     refresh_serving,
 )
+from speculator_operator.planning.health import deployment_health
 from speculator_operator.planning.inputs import InputAction, draft_change, verifier_change
 from speculator_operator.planning.passes import READINESS_PRIORITY, Cause, Step, deployment_steps, refresh_cause
 from speculator_operator.planning.pods import pod_problem
@@ -164,7 +165,9 @@ class _Pass:
         meta = raw["metadata"]
         self.namespace, self.name, self.uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
         self.generation = int(meta.get("generation") or 0)
-        self.status = PassStatus(SpeculatorDeploymentStatus, PLURAL, self.namespace, self.name, raw.get("status") or {})
+        self.status = PassStatus(
+            SpeculatorDeploymentStatus, PLURAL, self.namespace, self.name, raw.get("status") or {}, deployment_health
+        )
         self.events: list[tuple[str, str, str]] = []
         self.reconciled: Plan | None = None
         self.retry = False

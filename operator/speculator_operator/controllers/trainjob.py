@@ -24,6 +24,7 @@ from speculator_operator.controllers.queues import TRAINJOBS
 from speculator_operator.controllers.retention import prune_outputs
 from speculator_operator.domain.checkpoint import CheckpointError, read_verifier
 from speculator_operator.planning import Problem, parse_spec, progress
+from speculator_operator.planning.health import trainjob_health
 from speculator_operator.planning.passes import Cause, trainjob_progress_only
 from speculator_operator.planning.pods import pod_problem, refused_creation
 from speculator_operator.planning.stagepods import observe_pods
@@ -166,7 +167,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         return DONE
     meta = body["metadata"]
     CONTROLLER.generations.done(meta["uid"], int(meta.get("generation") or 0))
-    status = PassStatus(SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {})
+    status = PassStatus(SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, trainjob_health)
     events = _fold_progress(key, status)
     with metrics.reconciling("SpeculatorTrainJob"):
         p, result = _reconcile(body, status)
@@ -306,7 +307,7 @@ def fold_progress(namespace: str, name: str) -> list[tuple[str, str]]:
     if body is None or body["metadata"].get("deletionTimestamp"):
         _held.pop(key, None)
         return []
-    status = PassStatus(SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {})
+    status = PassStatus(SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, trainjob_health)
     events = _fold_progress(key, status)
     status.write(ORDER)
     for reason, message in events:

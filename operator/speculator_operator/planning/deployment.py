@@ -110,6 +110,12 @@ def serving_status(
         problem = first_problem(mine)
         if problem:
             out["reason"], out["problem"] = problem
+    progressing = next((c for c in st.get("conditions") or [] if c.get("type") == "Progressing"), None)
+    if not done and progressing and progressing.get("reason") == "ProgressDeadlineExceeded":
+        # the Deployment controller gave up waiting (spec.progressDeadlineSeconds): its words, then the pod's
+        said = str(progressing.get("message") or "ProgressDeadlineExceeded")
+        out["reason"] = "ProgressDeadlineExceeded"
+        out["problem"] = (said + (f"; {out['problem']}" if out.get("problem") else ""))[:1000]
     failure = next((c for c in st.get("conditions") or [] if c.get("type") == "ReplicaFailure"), None)
     if not done and failure and failure.get("status") == "True":
         # no pod could be created at all (Pod Security admission, a quota): the API server's words

@@ -14,10 +14,12 @@ Publishing, Succeeded, Failed. A convert job runs fetch, convert, audit, publish
 into the verifier before the audit. With spec.evaluation an evaluate stage between audit and publish measures
 the draft's acceptance in the pinned vLLM and refuses to publish one below its bounds.
 Condition reasons:
-- Ready: Succeeded | Running | WaitingForServer | StageFailed | InvalidSpec | ReleaseUnsupported |
-  VerifierUnreadable | the kubelet's reason for a stuck stage pod (ImagePullBackOff, CrashLoopBackOff, ...)
-- Failed: StageFailed | InvalidSpec | ReleaseUnsupported | AuditFailed | AcceptanceBelowThreshold | ZeroDrafts |
-  EvaluationServerNotReady
+- Ready: Succeeded | StageFailed | InvalidSpec | ReleaseUnsupported | VerifierUnreadable (and the Failed reasons);
+  absent while a stage runs (kstatus reads a started run as Current, planning/health.py)
+- Failed: True: StageFailed | InvalidSpec | ReleaseUnsupported | AuditFailed | AcceptanceBelowThreshold | ZeroDrafts |
+  EvaluationServerNotReady; False while a stage runs: Running | WaitingForServer | the kubelet's reason for a stuck
+  stage pod (ImagePullBackOff, CrashLoopBackOff, ...)
+- Reconciling / Stalled: planning/health.py
 - Audited: AuditPassed | AuditFailed
 - Published: Published
 - HandedOff: Patched | Following | TargetMissing
@@ -302,10 +304,12 @@ def plan(
         for row in stage_rows:
             if row["name"] == current.name:
                 row["message"] = message
+    # While a stage runs the run has no Ready condition (kstatus reads Ready=False as InProgress; a started run is
+    # Current, as kstatus treats a started Job: planning/health.py); Failed=False says what the stage is doing.
+    unready = [c for c in current_status.conditions if c.type != "Ready"]
     status = evolve(
-        current_status, gen, *conds,
-        make_condition(gen, "Ready", False, ready_reason, message),
-        make_condition(gen, "Failed", False, "Running", message),
+        evolve(current_status, None, conditions=unready), gen, *conds,
+        make_condition(gen, "Failed", False, ready_reason, message),
         phase=current.phase, completion_time=None, **fields,
     )  # fmt: skip
     events = []

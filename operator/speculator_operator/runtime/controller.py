@@ -139,10 +139,21 @@ class PassStatus(Generic[S]):
     it: keys an older operator wrote and this one has no field for are left out, api/common.read_status), the
     steps' changes (each a new model from a planner), and one patch of what changed at the end, labelled by the
     first of the causes in `order` it has. The status about to be written is checked against the model once more
-    (api/common.status_problems): a planner's model is validated when built, this guards what is sent."""
+    (api/common.status_problems): a planner's model is validated when built, this guards what is sent. `derive`
+    computes what follows from the rest of the status (the kstatus conditions, planning/health.py) just before the
+    write, so that every path through a pass ends with them."""
 
-    def __init__(self, model: type[S], plural: str, namespace: str, name: str, raw: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        model: type[S],
+        plural: str,
+        namespace: str,
+        name: str,
+        raw: dict[str, Any],
+        derive: Callable[[S], S] | None = None,
+    ) -> None:
         self.model, self.plural, self.namespace, self.name = model, plural, namespace, name
+        self.derive = derive
         self.stored = read_status(model, raw)
         self.status: S = model.model_validate(self.stored)
         self.causes: list[str] = []
@@ -155,6 +166,8 @@ class PassStatus(Generic[S]):
 
     def write(self, order: Iterable[str] = ()) -> bool:
         """Write what changed since the pass read the object (nothing when nothing did); True if it wrote."""
+        if self.derive is not None:
+            self.status = self.derive(self.status)
         status = stored(self.status)
         if not kube.status_patch(self.stored, status):
             return False
