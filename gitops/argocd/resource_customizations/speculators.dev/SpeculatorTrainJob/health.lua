@@ -1,0 +1,54 @@
+-- Argo CD health of a SpeculatorTrainJob, from the conditions the operator writes (docs/operations/gitops.md).
+-- Uses only the libraries Argo CD opens for a script set in argocd-cm (base and table): no string or math.
+local hs = {}
+local function condition(kind)
+  if obj.status == nil or obj.status.conditions == nil then
+    return nil
+  end
+  for _, c in ipairs(obj.status.conditions) do
+    if c.type == kind then
+      return c
+    end
+  end
+  return nil
+end
+local function words(c)
+  if c.message ~= nil and c.message ~= "" then
+    return c.reason .. ": " .. c.message
+  end
+  return c.reason
+end
+
+if obj.status == nil or obj.status.observedGeneration == nil then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator"
+  return hs
+end
+if obj.metadata.generation ~= nil and obj.status.observedGeneration ~= obj.metadata.generation then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to observe generation " .. obj.metadata.generation
+  return hs
+end
+local stalled = condition("Stalled")
+if stalled ~= nil and stalled.status == "True" then
+  hs.status = "Degraded"
+  hs.message = words(stalled)
+  return hs
+end
+local ready = condition("Ready")
+if obj.status.phase == "Succeeded" and ready ~= nil and ready.status == "True" then
+  hs.status = "Healthy"
+  hs.message = words(ready)
+  return hs
+end
+hs.status = "Progressing"
+local reconciling = condition("Reconciling")
+local running = condition("Failed")
+if reconciling ~= nil and reconciling.status == "True" then
+  hs.message = words(reconciling)
+elseif running ~= nil and running.status == "False" then
+  hs.message = words(running)
+else
+  hs.message = "Phase " .. (obj.status.phase or "Pending")
+end
+return hs

@@ -1,0 +1,117 @@
+"""What the GitOps tools say of our objects, computed by their own code (hack/gitops/main.go: kstatus from
+fluxcd/cli-utils as Flux and Helm 4 run it, and the Argo CD health scripts in gopher-lua as Argo CD runs them):
+the scripts' own health_test.yaml cases, the cases' statuses as the operator would write them, and live objects
+on the real control plane."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kopf.testing import KopfRunner
+
+from speculator_operator.api.common import stored
+from speculator_operator.api.deployment import SpeculatorDeploymentStatus
+from speculator_operator.api.trainjob import SpeculatorTrainJobStatus
+from speculator_operator.planning.health import deployment_health, trainjob_health
+
+from .conftest import Cluster, eventually, get, sdep
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "gitops" / "argocd" / "resource_customizations" / "speculators.dev"
+KINDS = ("SpeculatorDeployment", "SpeculatorTrainJob")
+
+# kstatus of each Argo CD case (docs/operations/gitops.md has the table)
+KSTATUS = {
+    "SpeculatorDeployment": {
+        "pending-train-job": "InProgress", "rolling-out": "InProgress", "ready": "Current",
+        "degraded-verifier-refused": "Failed", "audit-failed": "Failed", "invalid-spec": "Failed",
+        "retrain-unavailable": "Failed", "rollout-stuck": "Failed", "verifier-paused": "Current",
+        "draft-paused": "Current", "retraining": "Current", "retraining-after-refusal": "InProgress",
+        "generation-not-observed": "InProgress",
+    },
+    "SpeculatorTrainJob": {
+        "pending": "InProgress", "first-stage-not-started": "InProgress", "running": "Current",
+        "image-pull": "Failed", "succeeded": "Current", "failed": "Failed", "generation-not-observed": "InProgress",
+    },
+}  # fmt: skip
+
+
+def check(bin_dir: Path, *args: str, objects: Any = None) -> Any:
+    done = subprocess.run([str(bin_dir / "gitops-check"), *args], input=json.dumps(objects), capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_argocd_health_scripts_pass_their_own_cases(bin_dir: Path, kind: str) -> None:
+    done = subprocess.run([str(bin_dir / "gitops-check"), "test", str(SCRIPTS / kind)], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    cases = yaml.safe_load((SCRIPTS / kind / "health_test.yaml").read_text())["tests"]
+    assert done.stdout.count("ok ") == len(cases) == len(KSTATUS[kind])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_cases_are_statuses_the_operator_writes_and_kstatus_agrees_with_the_table(bin_dir: Path, kind: str) -> None:
+    objects = [yaml.safe_load(p.read_text()) for p in sorted((SCRIPTS / kind / "testdata").glob("*.yaml"))]
+    names = [o["metadata"]["name"] for o in objects]
+    assert set(names) == set(KSTATUS[kind])
+    for obj in objects:
+        if obj["metadata"]["name"] == "generation-not-observed":
+            continue  # a generation the operator has not read yet: kstatus and Argo CD say so without our conditions
+        if kind == "SpeculatorDeployment":
+            sdep_status = SpeculatorDeploymentStatus.model_validate(obj["status"])
+            derived: Any = deployment_health(sdep_status)
+            status: Any = sdep_status
+        else:
+            status = SpeculatorTrainJobStatus.model_validate(obj["status"])
+            derived = trainjob_health(status)
+        assert stored(derived) == stored(status), obj["metadata"]["name"]  # what a pass leaves as it is
+    said = check(bin_dir, "kstatus", objects=objects)
+    assert {n: s["status"] for n, s in zip(names, said, strict=True)} == {n: KSTATUS[kind][n] for n in names}
+
+
+@pytest.mark.cluster
+def test_live_deployments_as_flux_helm_and_argocd_see_them(
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str, bin_dir: Path
+) -> None:
+    missing = {**store, "missing": store["good"].rsplit("/", 1)[0] + "/not-yet-published"}
+    for manifest in (sdep("fine", store, "good", creds), sdep("broken", store, "bad", creds),
+                     sdep("later", missing, "missing", creds)):  # fmt: skip
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=manifest)
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/fine", "--timeout=120s")
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Stalled", "sdep/broken", "--timeout=120s")
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Reconciling", "sdep/later", "--timeout=120s")
+    objects = [get(cluster, namespace, f"sdep/{name}") for name in ("fine", "broken", "later")]
+    kstatus = check(bin_dir, "kstatus", objects=objects)
+    argocd = check(bin_dir, "health", str(SCRIPTS / KINDS[0] / "health.lua"), objects=objects)
+    assert [k["status"] for k in kstatus] == ["Current", "Failed", "InProgress"]
+    assert [a["status"] for a in argocd] == ["Healthy", "Degraded", "Progressing"]
+    # the finding reaches the tools' own words: Helm and Flux print kstatus' message
+    assert "fc-shape" in kstatus[1]["message"]
+    assert "fc-shape" in argocd[1]["message"]
+    assert argocd[2]["message"].startswith("CheckpointUnreadable")
+    stalled = {c["type"]: c for c in objects[1]["status"]["conditions"]}
+    assert "Reconciling" not in stalled
+    assert stalled["Stalled"]["observedGeneration"] == objects[1]["metadata"]["generation"]
+
+    # a spec edit the operator refuses still moves observedGeneration: kstatus leaves InProgress for Failed
+    cluster.kubectl("patch", "-n", namespace, "sdep/fine", "--type=merge", "-p",
+                    json.dumps({"spec": {"release": "0.0.1-unverified"}}))  # fmt: skip
+
+    def refused() -> dict[str, Any]:
+        obj = get(cluster, namespace, "sdep/fine")
+        assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+        assert obj["status"]["phase"] == "Failed"
+        return obj
+
+    obj = eventually(refused)
+    (said,) = check(bin_dir, "kstatus", objects=[obj])
+    assert said["status"] == "Failed"
+    assert {c["type"]: c for c in obj["status"]["conditions"]}["Stalled"]["reason"] == "ReleaseUnsupported"
