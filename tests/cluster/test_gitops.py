@@ -6,6 +6,7 @@ on the real control plane."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -115,3 +116,27 @@ def test_live_deployments_as_flux_helm_and_argocd_see_them(
     (said,) = check(bin_dir, "kstatus", objects=[obj])
     assert said["status"] == "Failed"
     assert {c["type"]: c for c in obj["status"]["conditions"]}["Stalled"]["reason"] == "ReleaseUnsupported"
+
+
+def test_the_argocd_component_merges_both_scripts_into_argo_cds_own_configmap(bin_dir: Path, tmp_path: Path) -> None:
+    """What a user's Argo CD kustomization gets from `components: [.../gitops/argocd]`: argocd-cm keeps its own
+    keys and gains one health script per kind, byte for byte the files the script tests ran."""
+    (tmp_path / "cm.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "argocd-cm"},
+        "data": {"url": "https://argocd.example.com"},
+    }))  # fmt: skip
+    component = Path(os.path.relpath(REPO / "gitops" / "argocd", tmp_path))
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "namespace": "argocd",
+        "resources": ["cm.yaml"], "components": [str(component)],
+    }))  # fmt: skip
+    done = subprocess.run([str(bin_dir / "kubectl"), "kustomize", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (cm,) = list(yaml.safe_load_all(done.stdout))
+    assert (cm["metadata"]["name"], cm["metadata"]["namespace"]) == ("argocd-cm", "argocd")
+    assert cm["data"].pop("url") == "https://argocd.example.com"
+    assert cm["data"] == {
+        f"resource.customizations.health.speculators.dev_{kind}": (SCRIPTS / kind / "health.lua").read_text()
+        for kind in KINDS
+    }

@@ -229,3 +229,26 @@ def test_a_stall_keeps_its_transition_time_while_it_lasts() -> None:
         first.model_copy(update={"conditions": [*first.conditions[:-1], stall.model_copy(update={"message": "new"})]})
     )
     assert conditions_of(later)["Stalled"].last_transition_time == stall.last_transition_time
+
+
+def test_a_child_past_its_progress_deadline_is_a_stuck_rollout() -> None:
+    from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+    from speculator_operator.api.labels import REVISION_LABEL
+    from speculator_operator.planning.deployment import serving_status
+
+    spec = SpeculatorDeploymentSpec.model_validate(
+        {"verifier": {"model": "Qwen/Qwen3-8B"}, "speculator": {"source": "hf://org/draft"}, "serving": {"replicas": 1}}
+    )
+    deadline = {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                "message": 'ReplicaSet "q-5d41" has timed out progressing.'}  # fmt: skip
+    counts = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1}
+    child = {"metadata": {"generation": 1, "annotations": {REVISION_LABEL: "r1"}},
+             "status": {**counts, "conditions": [deadline]}}  # fmt: skip
+    crashing = [{"name": "vllm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]
+    pod = {"metadata": {"name": "q-1", "labels": {REVISION_LABEL: "r1"}}, "status": {"containerStatuses": crashing}}
+    stuck = serving_status(spec, "r1", child, [pod])
+    assert stuck["reason"] == "ProgressDeadlineExceeded"
+    assert "timed out progressing" in stuck["problem"]
+    assert "CrashLoopBackOff" in stuck["problem"]
+    rolling = serving_status(spec, "r1", {**child, "status": {**child["status"], "conditions": []}}, [pod])
+    assert rolling["reason"] == "CrashLoopBackOff"  # before the deadline: the pod's own reason, not a stall

@@ -13,8 +13,9 @@ Condition reasons:
   TrainJobPending | TrainJobFailed | TrainJobMismatch
 - VerifierCurrent: RevisionResolved | VerifierChanged (Pause) | Retraining | RetrainUnavailable
 - DraftCurrent: RevisionResolved | DraftChanged (the draft's bytes moved under the same source; Pause)
-- Serving: RolledOut | RollingOut | ScaledToZero | NotDeployed | ApplyFailed | FailedCreate (no pod admitted:
-  Pod Security, a quota) | a stuck pod's reason (planning/pods.py)
+- Serving: RolledOut | RollingOut | ScaledToZero | NotDeployed | ApplyFailed | ProgressDeadlineExceeded |
+  FailedCreate (no pod admitted: Pod Security, a quota) | a stuck pod's reason (planning/pods.py)
+- Reconciling / Stalled: derived from the above (planning/health.py)
 - Ready: Ready | RollingOut | AuditFailed | InvalidSpec | ReleaseUnsupported | WaitingForInputs | ApplyFailed
 """
 
