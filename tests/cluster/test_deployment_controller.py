@@ -129,6 +129,7 @@ def test_verifier_changes_follow_the_upgrade_policy(
                 "output": {"uri": f"s3://{bucket}/{retrained}", "credentials": {"name": creds}},
                 "workspace": {"claimName": "retrain-ws"}, "retries": 0,
                 "stages": {"cpu": report}}  # fmt: skip
+    manifests = {}
     for name, policy in cases.items():
         s3.put_object(Bucket=bucket, Key=f"v-{namespace}-{name}/config.json", Body=json.dumps(SMALL).encode())
         doc = json.loads(sdep(name, {**store, "verifier": f"s3://{bucket}/v-{namespace}-{name}"}, "good", creds))
@@ -136,6 +137,7 @@ def test_verifier_changes_follow_the_upgrade_policy(
         if policy == "Retrain":
             doc["spec"]["upgradePolicy"]["trainTemplate"] = template
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+        manifests[name] = doc
     before = {}
     for name in cases:
         cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", f"sdep/{name}", "--timeout=120s")
@@ -205,6 +207,29 @@ def test_verifier_changes_follow_the_upgrade_policy(
     assert st["revision"] != before["retrain"]["revision"]
     assert st["verifierRevision"] != before["retrain"]["verifierRevision"]
     assert {c["type"]: c for c in st["conditions"]}["VerifierCurrent"]["status"] == "True"
+    assert st["handedOver"]["trainJob"] == job
+
+    # what a self-healing GitOps tool does: the user's manifest from git applied again, here with an edit elsewhere
+    # (replicas) so that a whole pass runs; no spec was written by the operator, so nothing is reverted
+    obj = get(cluster, namespace, "sdep/retrain")
+    assert obj["spec"]["speculator"]["source"] == manifests["retrain"]["spec"]["speculator"]["source"] == store["good"]
+    again = json.loads(json.dumps(manifests["retrain"]))
+    again["spec"]["serving"]["replicas"] = 1
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(again))
+
+    def reapplied() -> dict[str, Any]:
+        obj = get(cluster, namespace, "sdep/retrain")
+        assert (
+            obj["status"]["observedGeneration"]
+            == obj["metadata"]["generation"]
+            > before["retrain"]["observedGeneration"]
+        )
+        assert obj["status"]["readyReplicas"] == 1
+        return obj  # type: ignore[no-any-return]
+
+    obj = eventually(reapplied, timeout=120)
+    assert obj["status"]["draftSource"] == f"s3://{bucket}/{retrained}"
+    assert obj["status"]["verifierRevision"] == st["verifierRevision"]
 
 
 def test_a_refused_child_is_reported_and_retried(

@@ -274,10 +274,13 @@ def test_a_finished_job_is_served_by_the_deployments_that_want_it(
     st = get(cluster, namespace, "sdep/follow")["status"]
     assert st["draftSource"] == store["good"]
     assert st["audit"]["ok"] is True
-    # the deployTo target was pointed at it, re-audited and rolled out
+    # the deployTo target took it into its status, re-audited and rolled it out; its spec is the user's, untouched
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/patched", "--timeout=120s")
     patched = get(cluster, namespace, "sdep/patched")
-    assert patched["spec"]["speculator"]["source"] == store["good"]
+    assert patched["spec"]["speculator"]["source"] == store["bad"]
+    assert patched["metadata"]["generation"] == 1
+    assert patched["status"]["handedOver"]["trainJob"] == "handoff"
+    assert patched["status"]["handedOver"]["uri"] == patched["status"]["draftSource"] == store["good"]
     job = get(cluster, namespace, "stj/handoff")["status"]
     assert job["deployedTo"] == "patched"
-    assert {c["type"]: c for c in job["conditions"]}["HandedOff"]["reason"] == "Patched"
+    assert {c["type"]: c for c in job["conditions"]}["HandedOff"]["reason"] == "Offered"

@@ -6,13 +6,13 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
-from speculator_operator.api.common import SecretRef, stored
+from speculator_operator.api.common import stored
 from speculator_operator.api.podcontract import StageReport
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning.trainjob import (
     Observed,
-    handoff_patch,
+    handoff_offer,
     job_state,
     plan,
     resync_due,
@@ -201,16 +201,14 @@ def test_only_finished_jobs_available_servers_and_deletions_wake_the_owner() -> 
     assert not wakes_owner("ADDED", {"status": {"replicas": 1}})
 
 
-def test_the_hand_off_patches_a_deployment_or_leaves_a_follower_alone() -> None:
-    assert handoff_patch(None, "j", "qwen", "s3://d/x", None)[0] == "TargetMissing"
+def test_the_hand_off_offers_to_a_deployment_and_writes_no_spec() -> None:
+    assert handoff_offer(None, "j", "qwen", "s3://d/x")[0] == "TargetMissing"
     follower = {"spec": {"speculator": {"fromTrainJob": "j"}}}
-    assert handoff_patch(follower, "j", "qwen", "s3://d/x", None) == (
-        "Following", "SpeculatorDeployment qwen serves this job's output (speculator.fromTrainJob)", None)  # fmt: skip
-    reason, _, patch = handoff_patch({"spec": {"speculator": {"source": "s3://d/old"}}}, "j", "qwen", "s3://d/x",
-                                     SecretRef(name="s3"))  # fmt: skip
-    assert reason == "Patched"
-    assert patch == {"spec": {"speculator": {"source": "s3://d/x", "fromTrainJob": None,
-                                             "credentials": {"name": "s3"}}}}  # fmt: skip
+    assert handoff_offer(follower, "j", "qwen", "s3://d/x") == (
+        "Following", "SpeculatorDeployment qwen serves this job's output (speculator.fromTrainJob)")  # fmt: skip
+    reason, message = handoff_offer({"spec": {"speculator": {"source": "s3://d/old"}}}, "j", "qwen", "s3://d/x")
+    assert reason == "Offered"
+    assert "status.handedOver" in message
 
 
 def test_the_exact_published_location_is_handed_off_and_retention_runs_once() -> None:

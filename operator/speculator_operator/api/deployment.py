@@ -358,6 +358,19 @@ class RenderNote(Model):
     message: str
 
 
+class HandedOver(Model):
+    """A train job's published output that this deployment serves because the job names it (`spec.deployTo`): kept
+    in status, so that no spec is written and a GitOps tool that re-applies the manifests from git undoes nothing."""
+
+    train_job: str = Field(description="The SpeculatorTrainJob whose spec.deployTo names this deployment.")
+    uri: str = Field(description="The exact location it published.")
+    credentials: str | None = Field(default=None, description="The Secret that reads it (its output.credentials).")
+    completion_time: str | None = Field(default=None, description="When the train job succeeded.")
+    speculator: str = Field(
+        description="A digest of spec.speculator when it was taken: an edit of spec.speculator supersedes it."
+    )
+
+
 class SpeculatorDeploymentStatus(Model):
     phase: Literal["Pending", "Auditing", "Deploying", "Ready", "Degraded", "Failed"] | None = None
     observed_generation: int | None = None
@@ -378,6 +391,9 @@ class SpeculatorDeploymentStatus(Model):
         "output.uri's pointer led.",
     )
     retrain: RetrainStatus | None = Field(default=None, description="A retraining in flight.")
+    handed_over: HandedOver | None = Field(
+        default=None, description="A train job's output served in place of spec.speculator (its spec.deployTo)."
+    )
     revision: str | None = Field(
         default=None,
         description="Hash of verifier, draft, release, the server image (its digest where pinned) and "

@@ -12,7 +12,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from speculator_operator.api.common import GROUP, VERSION
+from speculator_operator.api.common import GROUP, VERSION, evolve
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import DEPLOYMENT_LABEL
 from speculator_operator.controllers import drift, observed, telemetry
@@ -37,6 +37,7 @@ from speculator_operator.planning.deployment import (
     plan,
     refresh_serving,
 )
+from speculator_operator.planning.handover import offer_due, served, take_offer
 from speculator_operator.planning.health import deployment_health
 from speculator_operator.planning.inputs import InputAction, draft_change, verifier_change
 from speculator_operator.planning.passes import READINESS_PRIORITY, Cause, Step, deployment_steps, refresh_cause
@@ -76,8 +77,14 @@ def read_train_job(namespace: str, job: str) -> dict[str, Any] | None:
     return kube.read_custom(TRAIN_JOBS, namespace, job)
 
 
-def _draft_location(spec: SpeculatorDeploymentSpec, namespace: str) -> tuple[str, str | None, bool] | Problem:
-    """(where the draft is read, its credentials Secret, whether it is a train job's output) or why not yet."""
+def _draft_location(
+    spec: SpeculatorDeploymentSpec, namespace: str, status: SpeculatorDeploymentStatus
+) -> tuple[str, str | None, bool] | Problem:
+    """(where the draft is read, its credentials Secret, whether it is a train job's output) or why not yet: a train
+    job's hand-over in status first (planning/handover.py), then spec.speculator."""
+    handed = served(spec, status)
+    if handed is not None:
+        return handed.uri, handed.credentials, True
     if spec.speculator.from_train_job:
         job = spec.speculator.from_train_job
         found = train_job_output(read_train_job(namespace, job), job, spec.verifier.model)
@@ -94,7 +101,7 @@ def _observe_inputs(
     obs = Observed(generation=generation, status=status, child=current_child(namespace, name))
     if obs.child is not None and needs_pods(status):
         obs.pods = deployment_pods(namespace, name)
-    located = _draft_location(spec, namespace)
+    located = _draft_location(spec, namespace, status)
     if isinstance(located, Problem):
         obs.problem = (located.reason, located.message)
         return obs
@@ -234,7 +241,7 @@ class _Pass:
         if holds_for_retrain(self.status.status, self.generation):
             return  # the pair is pinned until the retrained draft is handed over
         try:
-            draft = resolve_draft_revision(parsed, self.namespace)
+            draft = resolve_draft_revision(parsed, self.namespace, self.status.status)
         except (CheckpointError, CredentialsError) as exc:
             log.warning("%s/%s: draft revision not resolved: %s", self.namespace, self.name, exc)
             return
@@ -277,6 +284,21 @@ class _Pass:
             pods = seen.pods if seen is not None and agree else deployment_pods(self.namespace, self.name)
         self.status.set(refresh_serving(parsed, current, child, self.generation, pods), cause)
 
+    def take_offer(self, parsed: SpeculatorDeploymentSpec) -> str | None:
+        """Take a train job's hand-over (its spec.deployTo names this deployment) into status when one is due:
+        the job's name, or None."""
+        job = offer_due(offers((self.namespace, self.name)), self.status.status.handed_over)
+        if job is None:
+            return None
+        taken = take_offer(read_train_job(self.namespace, job), job, self.name, parsed)
+        if isinstance(taken, Problem):
+            log.info("%s/%s: not taking %s's output: %s", self.namespace, self.name, job, taken.message)
+            return None
+        self.status.set(evolve(self.status.status, None, handed_over=taken), Cause.TRAINJOB)
+        self.events.append(("Normal", "HandedOver", f"SpeculatorTrainJob {job} published {taken.uri}; it is "
+                            "served in place of spec.speculator (status.handedOver)"))  # fmt: skip
+        return job
+
     def post(self) -> None:
         for type_, reason, message in self.events:
             kopf.event(self.body, type=type_, reason=reason, message=message[:1024])
@@ -307,7 +329,14 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
             one.events.extend(events)
             if new is not None:
                 one.status.set(new, "tuning" if tuned else "scrape")
-        pinned = holds_for_retrain(one.status.status, one.generation)
+        adopted = one.take_offer(parsed) if parsed is not None else None
+        if adopted is not None:
+            causes = causes | {Cause.TRAINJOB}
+        retrain = one.status.status.retrain
+        # a retrain pins the pair until its own job hands over
+        pinned = holds_for_retrain(one.status.status, one.generation) and not (
+            retrain is not None and adopted == retrain.job
+        )
         restoring = None if pinned else drift.restoring(drifts)
         steps = deployment_steps(
             causes, moved=moved, tuned=tuned, pinned=pinned, restoring=restoring is not None, valid=parsed is not None
@@ -343,9 +372,11 @@ def resolve_verifier_revision(spec: SpeculatorDeploymentSpec, namespace: str) ->
     return read_verifier(location, creds).revision
 
 
-def resolve_draft_revision(spec: SpeculatorDeploymentSpec, namespace: str) -> str | None:
+def resolve_draft_revision(
+    spec: SpeculatorDeploymentSpec, namespace: str, status: SpeculatorDeploymentStatus
+) -> str | None:
     """The draft's revision now (a listing or a model_info call, no download), or None if it cannot be said."""
-    located = _draft_location(spec, namespace)
+    located = _draft_location(spec, namespace, status)
     if isinstance(located, Problem) or located[0].startswith("pvc://"):
         return None
     source, secret, _ = located
@@ -378,6 +409,11 @@ async def poll_inputs(body: kopf.Body) -> None:
     CONTROLLER.enqueue(namespace, meta["name"], Cause.POLL)
 
 
+def offers(key: tuple[str, str]) -> dict[str, tuple[str, str]]:
+    """The succeeded train jobs whose spec.deployTo names the deployment `key`, as their watch showed them."""
+    return dict(_offers.get(key) or {})
+
+
 @periodic.on_gone(PLURAL)
 def _forget(namespace: str, name: str, uid: str) -> None:
     _polled.pop(uid, None)
@@ -388,6 +424,7 @@ def _forget(namespace: str, name: str, uid: str) -> None:
 @kopf.on.startup()
 def _fresh(**_: Any) -> None:
     _polled.clear()
+    _offers.clear()
     drift.clear()
     observed.clear()
 
@@ -401,13 +438,49 @@ async def fed_by(*, namespace: str | None, name: str | None, spec: kopf.Spec, st
     return {(namespace, job): (name, status.get("draftSource"))} if job else {}
 
 
+@kopf.index(GROUP, VERSION, PLURAL)
+async def handed_to(*, namespace: str | None, name: str | None, status: kopf.Status, **_: Any) -> dict[Any, Any]:
+    """(namespace, deployment) -> the (train job, location) handed over to it: a train job's event that offers what
+    is served already enqueues nothing."""
+    handed = status.get("handedOver") or {}
+    return {(namespace, name): (handed.get("trainJob"), handed.get("uri"))} if handed else {}
+
+
+# (namespace, deployment) -> {train job: (completionTime, uri)}: the succeeded train jobs whose spec.deployTo names
+# it, as their watch shows them (the initial listing included, so a restart finds them again)
+_offers: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
+
+
+def _hold_offer(body: kopf.Body, namespace: str, type_: str | None) -> tuple[str, str] | None:
+    """Keep (or drop) the offer a train job's event shows: the (deployment, uri) it offers, or None."""
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    job, target = str(meta.get("name") or ""), (body.get("spec") or {}).get("deployTo")
+    uri = (status.get("checkpoint") or {}).get("uri")
+    for held in _offers.values():
+        held.pop(job, None)  # what it offered before (it may name another deployment now)
+    if not target or type_ == "DELETED" or status.get("phase") != "Succeeded" or not uri:
+        return None
+    _offers.setdefault((namespace, str(target)), {})[job] = (str(status.get("completionTime") or ""), str(uri))
+    return str(target), str(uri)
+
+
 @kopf.on.event(GROUP, VERSION, TRAIN_JOBS)
-async def train_job_changed(*, body: kopf.Body, namespace: str | None, **kwargs: Any) -> None:
-    """A train job finished: the deployments serving its output move now (enqueued with the cause
-    "trainjob"), unless one serves that output already. Told apart in the event loop."""
+async def train_job_changed(*, body: kopf.Body, namespace: str | None, type: str | None, **kwargs: Any) -> None:
+    """A train job finished: the deployments serving its output (speculator.fromTrainJob) and the one its
+    spec.deployTo names move now (enqueued with the cause "trainjob"), unless one serves that output already.
+    Told apart in the event loop."""
     status = body.get("status") or {}
     phase = status.get("phase")
-    if namespace is None or phase not in ("Succeeded", "Failed"):
+    if namespace is None:
+        return
+    offered = _hold_offer(body, namespace, type)
+    job = str(body.get("metadata", {}).get("name") or "")
+    if offered is not None:
+        target, offered_uri = offered
+        handed: kopf.Index[Any, Any] = kwargs["handed_to"]
+        if (job, offered_uri) not in list(handed.get((namespace, target), [])):
+            CONTROLLER.enqueue(namespace, target, Cause.TRAINJOB)
+    if phase not in ("Succeeded", "Failed"):
         return
     uri = (status.get("checkpoint") or {}).get("uri")
     index: kopf.Index[Any, Any] = kwargs["fed_by"]

@@ -34,7 +34,7 @@ from speculator_operator.planning.trainjob import (
     Plan,
     failed,
     handed_off,
-    handoff_patch,
+    handoff_offer,
     job_state,
     plan,
     resync_due,
@@ -139,13 +139,10 @@ def delete_children(namespace: str, items: list[tuple[str, str, str]]) -> None:
         kube.delete_object(api_version, kind, namespace, child)
 
 
-def hand_off(namespace: str, name: str, spec: SpeculatorTrainJobSpec, target: str, uri: str) -> tuple[HandOff, str]:
-    """Point the SpeculatorDeployment `target` at the published checkpoint: (reason, message)."""
-    sdep = kube.read_custom(DEPLOYMENTS, namespace, target)
-    reason, message, patch = handoff_patch(sdep, name, target, uri, spec.output.credentials)
-    if patch is not None:
-        kube.patch_custom(DEPLOYMENTS, namespace, target, patch)
-    return reason, message
+def hand_off(namespace: str, name: str, target: str, uri: str) -> tuple[HandOff, str]:
+    """Offer the published checkpoint to the SpeculatorDeployment `target`, which takes it into its own status
+    (controllers/deployment.py): (reason, message). No spec is written."""
+    return handoff_offer(kube.read_custom(DEPLOYMENTS, namespace, target), name, target, uri)
 
 
 ORDER = ("reconcile", "handoff", "retention", "progress")  # what a pass's one status write is counted as
@@ -213,7 +210,7 @@ def _reconcile(body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus
         kopf.event(obj, type=type_, reason=reason, message=message[:1024])
     if p.handoff is not None:
         target, uri = p.handoff
-        reason, message = hand_off(namespace, name, spec, target, uri)
+        reason, message = hand_off(namespace, name, target, uri)
         p.status = handed_off(p.status, generation, target, reason, message)
         status.set(p.status, "handoff")
         if reason == HandOff.TARGET_MISSING:

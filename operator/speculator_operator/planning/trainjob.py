@@ -22,7 +22,7 @@ Condition reasons:
 - Reconciling / Stalled: planning/health.py
 - Audited: AuditPassed | AuditFailed
 - Published: Published
-- HandedOff: Patched | Following | TargetMissing
+- HandedOff: Offered | Following | TargetMissing (Patched: written by operators before 2026-12)
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from speculator_operator.api.common import Condition, SecretRef, conditions_of, evolve, make_condition, now, stored
+from speculator_operator.api.common import Condition, conditions_of, evolve, make_condition, now, stored
 from speculator_operator.api.podcontract import FAILED_EVALUATIONS, EvaluationOutcome, StageReport
 from speculator_operator.api.trainjob import Retention, SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 from speculator_operator.domain.algorithms import MTP_COUNT_KEY, Algorithm
@@ -446,7 +446,7 @@ def handed_off(
     status: SpeculatorTrainJobStatus, generation: int, target: str, reason: HandOff, message: str
 ) -> SpeculatorTrainJobStatus:
     """The status after a hand-off attempt to `target`."""
-    ok = reason in (HandOff.PATCHED, HandOff.FOLLOWING)
+    ok = reason in (HandOff.OFFERED, HandOff.PATCHED, HandOff.FOLLOWING)
     return evolve(status, generation, make_condition(generation, "HandedOff", ok, reason, message),
                   deployed_to=target if ok else status.deployed_to)  # fmt: skip
 
@@ -481,35 +481,27 @@ def wakes_owner(event_type: str | None, child: dict[str, Any]) -> bool:
 
 
 class HandOff(StrEnum):
-    """The HandedOff condition's reasons (the hand-off's outcome; decisions read them only as these)."""
+    """The HandedOff condition's reasons (the hand-off's outcome; decisions read them only as these). `Patched` was
+    written by operators before the hand-off moved into the deployment's status; it is read as a success."""
 
+    OFFERED = "Offered"
     PATCHED = "Patched"
     FOLLOWING = "Following"
     TARGET_MISSING = "TargetMissing"
 
 
-def handoff_patch(
-    sdep: dict[str, Any] | None, job: str, target: str, uri: str, credentials: SecretRef | None
-) -> tuple[HandOff, str, dict[str, Any] | None]:
-    """(reason, message, merge patch or None) that points the SpeculatorDeployment `target` (the stored
-    object, None if missing) at the checkpoint `job` published."""
+def handoff_offer(sdep: dict[str, Any] | None, job: str, target: str, uri: str) -> tuple[HandOff, str]:
+    """(reason, message) of the hand-off of `job`'s published `uri` to the SpeculatorDeployment `target` (the stored
+    object, None if missing). Nothing is written to the deployment: it takes the output into its own status
+    (planning/handover.py), so that a GitOps tool re-applying its manifests undoes nothing."""
     if sdep is None:
-        return HandOff.TARGET_MISSING, f"SpeculatorDeployment {target!r} does not exist (yet)", None
+        return HandOff.TARGET_MISSING, f"SpeculatorDeployment {target!r} does not exist (yet)"
     if ((sdep.get("spec") or {}).get("speculator") or {}).get("fromTrainJob") == job:
-        return (
-            HandOff.FOLLOWING,
-            f"SpeculatorDeployment {target} serves this job's output (speculator.fromTrainJob)",
-            None,
-        )
-    speculator = {
-        "source": uri,
-        "fromTrainJob": None,
-        "credentials": {"name": credentials.name} if credentials else None,
-    }
-    return HandOff.PATCHED, f"SpeculatorDeployment {target} now serves {uri}", {"spec": {"speculator": speculator}}
+        return HandOff.FOLLOWING, f"SpeculatorDeployment {target} serves this job's output (speculator.fromTrainJob)"
+    return HandOff.OFFERED, f"SpeculatorDeployment {target} takes {uri} into its status.handedOver (no spec is written)"
 
 
 __all__ = [
-    "SERVER_ROLES", "HandOff", "Observed", "Plan", "failed", "handed_off", "handoff_patch", "job_state", "plan",
+    "SERVER_ROLES", "HandOff", "Observed", "Plan", "failed", "handed_off", "handoff_offer", "job_state", "plan",
     "resync_due", "wakes_owner",
 ]  # fmt: skip
