@@ -63,3 +63,17 @@ def test_quick_causes_never_include_one_that_reads_inputs() -> None:
     assert not (DEPLOYMENT_QUICK | TRAINJOB_QUICK) & slow
     assert trainjob_progress_only({Cause.PROGRESS})
     assert not trainjob_progress_only({Cause.PROGRESS, Cause.CHILD})
+
+
+def test_a_resume_request_reconciles_and_a_resolve_request_polls_now() -> None:
+    def asked(*causes: Cause, **kw: bool) -> tuple[Step | None, str]:
+        s = deployment_steps(set(causes), moved=False, tuned=False, pinned=kw.pop("pinned", False), restoring=False,
+                             valid=True, **kw)  # fmt: skip
+        return s.main, s.cause
+
+    assert asked(Cause.REQUEST, resume=True) == (Step.RECONCILE, "request")
+    assert asked(Cause.REQUEST, Cause.SPEC, resume=True) == (Step.RECONCILE, "reconcile")
+    assert asked(Cause.REQUEST, resume=True, pinned=True) == (None, "")  # a retrain's pin is not a pause
+    assert asked(Cause.REQUEST, resolve=True) == (Step.POLL, "request")
+    assert asked(Cause.REQUEST, Cause.POLL, resolve=True) == (Step.POLL, "poll")
+    assert asked(Cause.REQUEST) == (None, "")  # a request already acted on: nothing

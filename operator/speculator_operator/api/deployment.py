@@ -371,6 +371,14 @@ class HandedOver(Model):
     )
 
 
+class Requests(Model):
+    """The last value of each one-shot request annotation the operator acted on (planning/requests.py)."""
+
+    resolve: str | None = Field(default=None, description="speculators.dev/resolve-requested, last acted on.")
+    retrain: str | None = Field(default=None, description="speculators.dev/retrain-requested, last acted on.")
+    resume: str | None = Field(default=None, description="speculators.dev/resume-requested, last acted on.")
+
+
 class SpeculatorDeploymentStatus(Model):
     phase: Literal["Pending", "Auditing", "Deploying", "Ready", "Degraded", "Failed"] | None = None
     observed_generation: int | None = None
@@ -391,6 +399,9 @@ class SpeculatorDeploymentStatus(Model):
         "output.uri's pointer led.",
     )
     retrain: RetrainStatus | None = Field(default=None, description="A retraining in flight.")
+    requests: Requests | None = Field(
+        default=None, description="The request annotations acted on (each acted on once per value)."
+    )
     handed_over: HandedOver | None = Field(
         default=None, description="A train job's output served in place of spec.speculator (its spec.deployTo)."
     )

@@ -19,3 +19,8 @@ REVISION_LABEL = "speculators.dev/revision"  # serving pods: the coherent revisi
 RETRAINS_LABEL = "speculators.dev/retrains"  # a train job a deployment started: the deployment's name
 DRAFT_ANNOTATION = "speculators.dev/draft-location"  # serving pods: the exact draft location read
 APPLIED_ANNOTATION = "speculators.dev/applied-hash"  # any child: the hash of its rendered form as last applied
+# one-shot requests on a SpeculatorDeployment, set by a user or an Argo CD resource action and never written by the
+# operator: it acts once on each new value and records the value in status.requests (planning/requests.py)
+RESOLVE_REQUEST_ANNOTATION = "speculators.dev/resolve-requested"  # resolve the verifier and draft revisions now
+RETRAIN_REQUEST_ANNOTATION = "speculators.dev/retrain-requested"  # retrain the draft for the verifier now
+RESUME_REQUEST_ANNOTATION = "speculators.dev/resume-requested"  # roll out a paused verifier or draft change

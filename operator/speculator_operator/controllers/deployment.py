@@ -27,7 +27,7 @@ from speculator_operator.domain.checkpoint import (
 )
 from speculator_operator.domain.economics import pair_cost_ratio
 from speculator_operator.domain.releases import get_release
-from speculator_operator.planning import Problem, parse_spec
+from speculator_operator.planning import Problem, parse_spec, requests
 from speculator_operator.planning.deployment import (
     Observed,
     Plan,
@@ -42,6 +42,7 @@ from speculator_operator.planning.health import deployment_health
 from speculator_operator.planning.inputs import InputAction, draft_change, verifier_change
 from speculator_operator.planning.passes import READINESS_PRIORITY, Cause, Step, deployment_steps, refresh_cause
 from speculator_operator.planning.pods import pod_problem
+from speculator_operator.planning.requests import Request
 from speculator_operator.planning.retrain import (
     adopt_retrain,
     holds_for_retrain,
@@ -157,7 +158,7 @@ def deployment_pods(namespace: str, name: str) -> list[dict[str, Any]]:
     return list_pods(namespace, f"{DEPLOYMENT_LABEL}={name}")
 
 
-ORDER = ("reconcile", "restore", "trainjob", "tuning", "poll", "retrain", "child", "resync", "scrape")
+ORDER = ("reconcile", "restore", "trainjob", "request", "tuning", "poll", "retrain", "child", "resync", "scrape")
 CONTROLLER = DEPLOYMENTS
 periodic.controlled(PLURAL, CONTROLLER)
 
@@ -252,11 +253,12 @@ class _Pass:
         elif change.status is not None:
             self.status.set(change.status, Cause.POLL)
 
-    def start_retrain(self, spec: SpeculatorDeploymentSpec, revision: str) -> None:
-        """Create the SpeculatorTrainJob for the new verifier revision (once: its name is per revision)."""
+    def start_retrain(self, spec: SpeculatorDeploymentSpec, revision: str, request: str | None = None) -> None:
+        """Create the SpeculatorTrainJob for the new verifier revision (once: its name is per revision, and per
+        retrain request)."""
         current = self.status.status
         try:
-            manifest = retrain_job(self.name, self.namespace, self.uid, spec, revision)
+            manifest = retrain_job(self.name, self.namespace, self.uid, spec, revision, request)
         except ValueError as exc:
             self.status.set(retrain_status(current, self.generation, None, revision, str(exc)), "retrain")
             self.events.append(("Warning", "RetrainUnavailable", str(exc)))
@@ -283,6 +285,29 @@ class _Pass:
             agree = seen is not None and pods_agree(child, seen.pods)
             pods = seen.pods if seen is not None and agree else deployment_pods(self.namespace, self.name)
         self.status.set(refresh_serving(parsed, current, child, self.generation, pods), cause)
+
+    def retrain_now(self, parsed: SpeculatorDeploymentSpec, request: str) -> None:
+        """A retrain request (planning/requests.py): a train job from upgradePolicy.trainTemplate for the verifier
+        as it resolves now, unless there is no template or a retraining is in flight (an event says which)."""
+        current = self.status.status
+        if not parsed.upgrade_policy.train_template:
+            self.events.append(("Warning", "RetrainUnavailable", "retrain requested: upgradePolicy.trainTemplate is "
+                                "not set"))  # fmt: skip
+            return
+        if current.retrain is not None:
+            self.events.append(("Normal", "RetrainInFlight", f"retrain requested: SpeculatorTrainJob "
+                                f"{current.retrain.job} is already retraining this deployment"))  # fmt: skip
+            return
+        try:
+            revision = resolve_verifier_revision(parsed, self.namespace) or current.verifier_revision
+        except (CheckpointError, CredentialsError) as exc:
+            revision = current.verifier_revision
+            log.warning("%s/%s: verifier revision not resolved: %s", self.namespace, self.name, exc)
+        if not revision:
+            self.events.append(("Warning", "RetrainUnavailable", "retrain requested: the verifier's revision is "
+                                "not known yet"))  # fmt: skip
+            return
+        self.start_retrain(parsed, revision, request)
 
     def take_offer(self, parsed: SpeculatorDeploymentSpec) -> str | None:
         """Take a train job's hand-over (its spec.deployTo names this deployment) into status when one is due:
@@ -338,8 +363,16 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
             retrain is not None and adopted == retrain.job
         )
         restoring = None if pinned else drift.restoring(drifts)
+        asked = requests.pending(raw["metadata"].get("annotations"), one.status.stored.get("requests"))
         steps = deployment_steps(
-            causes, moved=moved, tuned=tuned, pinned=pinned, restoring=restoring is not None, valid=parsed is not None
+            causes,
+            moved=moved,
+            tuned=tuned,
+            pinned=pinned,
+            restoring=restoring is not None,
+            valid=parsed is not None,
+            resume=Request.RESUME in asked,
+            resolve=Request.RESOLVE in asked,
         )
         if steps.main in (Step.RECONCILE, Step.RESTORE):
             one.reconcile(steps.cause, restoring=restoring)
@@ -347,6 +380,9 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
             one.poll(parsed)
         if steps.refresh and one.reconciled is None and parsed is not None:
             one.refresh(parsed, refresh_cause(causes))
+        if Request.RETRAIN in asked and parsed is not None:
+            one.retrain_now(parsed, asked[Request.RETRAIN])
+        one.status.set(requests.acted(one.status.status, asked), Cause.REQUEST)
     one.status.write(ORDER)
     one.post()
     if one.retry or (one.reconciled is not None and one.status.status.phase == "Pending"):
@@ -462,6 +498,17 @@ def _hold_offer(body: kopf.Body, namespace: str, type_: str | None) -> tuple[str
         return None
     _offers.setdefault((namespace, str(target)), {})[job] = (str(status.get("completionTime") or ""), str(uri))
     return str(target), str(uri)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def requested(*, body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
+    """A request annotation with a value not yet acted on (planning/requests.py): the object is enqueued with the
+    cause "request". Told apart in the event loop: the pass records the value, so its own write enqueues nothing."""
+    if namespace is None or type == "DELETED":
+        return
+    meta = body.get("metadata") or {}
+    if requests.pending(meta.get("annotations"), (body.get("status") or {}).get("requests")):
+        CONTROLLER.enqueue(namespace, str(meta.get("name") or ""), Cause.REQUEST)
 
 
 @kopf.on.event(GROUP, VERSION, TRAIN_JOBS)

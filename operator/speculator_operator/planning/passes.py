@@ -19,6 +19,7 @@ class Cause(StrEnum):
     SCRAPE = "scrape"  # an acceptance scrape whose judgement changed materially (held for the pass)
     PROGRESS = "progress"  # a stage's log said something new (held for the pass)
     RETRY = "retry"  # the pass itself, later: an input could not be read, or the apply failed
+    REQUEST = "request"  # a one-shot request annotation with a new value (planning/requests.py)
 
 
 # Quick causes: a pass that only folds in what a child, a scrape or a log said (no audit, no checkpoint read).
@@ -53,7 +54,15 @@ class DeploymentSteps:
 
 
 def deployment_steps(
-    causes: Set[str], *, moved: bool, tuned: bool, pinned: bool, restoring: bool, valid: bool
+    causes: Set[str],
+    *,
+    moved: bool,
+    tuned: bool,
+    pinned: bool,
+    restoring: bool,
+    valid: bool,
+    resume: bool = False,
+    resolve: bool = False,
 ) -> DeploymentSteps:
     """The steps of a SpeculatorDeployment's pass, in order, after the acceptance judgement:
     - the whole reconcile when the generation moved, a cause asks for it (FULL) or the judgement tuned K;
@@ -62,16 +71,20 @@ def deployment_steps(
     - else the input poll when one is due (and the spec is valid);
     - then the serving counts when a SERVING cause came and nothing reconciled.
     `moved`: a generation its last pass did not read; `tuned`: the judgement chose another K; `pinned`: a retrain
-    holds the pair; `restoring`: a drift read again still stands; `valid`: the spec validates."""
+    holds the pair; `restoring`: a drift read again still stands; `valid`: the spec validates; `resume`: a request
+    to roll out a paused change (a reconcile, which reads the inputs as they are now); `resolve`: a request to
+    resolve the revisions now (the poll, whatever its interval)."""
     main: Step | None = None
     cause = ""
-    if (moved or causes & FULL or tuned) and not pinned:
+    if (moved or causes & FULL or tuned or resume) and not pinned:
         main = Step.RESTORE if restoring else Step.RECONCILE
         cause = "tuning" if tuned else Cause.TRAINJOB.value if set(causes) == {Cause.TRAINJOB} else "reconcile"
+        if resume and not (moved or causes & FULL or tuned):
+            cause = Cause.REQUEST.value
     elif restoring:
         main, cause = Step.RESTORE, "restore"
-    elif Cause.POLL in causes and valid:
-        main, cause = Step.POLL, "poll"
+    elif (Cause.POLL in causes or resolve) and valid:
+        main, cause = Step.POLL, Cause.REQUEST.value if resolve and Cause.POLL not in causes else "poll"
     reconciles = main in (Step.RECONCILE, Step.RESTORE)
     refresh = not reconciles and bool(causes & SERVING) and valid
     return DeploymentSteps(main, refresh, cause)

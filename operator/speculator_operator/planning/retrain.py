@@ -4,6 +4,7 @@ the status while it runs, its output once it has succeeded, and when the pair st
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -17,14 +18,22 @@ from speculator_operator.planning import Problem
 from speculator_operator.planning.inputs import InputAction, VerifierReason
 
 
-def retrain_name(name: str, revision: str) -> str:
-    """The SpeculatorTrainJob that retrains `name` for a verifier revision (one per revision)."""
+def retrain_name(name: str, revision: str, request: str | None = None) -> str:
+    """The SpeculatorTrainJob that retrains `name` for a verifier revision (one per revision, and one per value of
+    a retrain request: planning/requests.py)."""
     tag = re.sub(r"[^a-z0-9]", "", revision.lower().split(":")[-1])[:10] or "rev"
+    if request is not None:
+        tag = tag[:6] + hashlib.sha256(request.encode()).hexdigest()[:4]
     return f"{name[: 63 - len(tag) - 9]}-retrain-{tag}"
 
 
 def retrain_job(
-    name: str, namespace: str, uid: str | None, spec: SpeculatorDeploymentSpec, revision: str
+    name: str,
+    namespace: str,
+    uid: str | None,
+    spec: SpeculatorDeploymentSpec,
+    revision: str,
+    request: str | None = None,
 ) -> dict[str, Any]:
     """The SpeculatorTrainJob for the new verifier revision from upgradePolicy.trainTemplate; ValueError
     names what is wrong with the template."""
@@ -44,7 +53,7 @@ def retrain_job(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ValueError(f"upgradePolicy.trainTemplate.{where}: {first['msg']}") from None
-    meta: dict[str, Any] = {"name": retrain_name(name, revision), "namespace": namespace,
+    meta: dict[str, Any] = {"name": retrain_name(name, revision, request), "namespace": namespace,
                             "labels": {RETRAINS_LABEL: name}}  # fmt: skip
     if uid:
         meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "SpeculatorDeployment", "name": name,
