@@ -7,7 +7,8 @@
 //	gitops-check health SCRIPT        objects on stdin -> [{"status", "message"}] from an Argo CD health.lua
 //	gitops-check action SCRIPT        one object on stdin -> the object the Argo CD action.lua returns
 //	gitops-check discovery SCRIPT     one object on stdin -> the actions an Argo CD discovery.lua offers
-//	gitops-check test DIR             runs DIR/health_test.yaml (Argo CD's layout): exit 1 on a mismatch
+//	gitops-check test DIR             runs DIR/health_test.yaml and DIR/actions/action_test.yaml's discovery
+//	                                  tests (Argo CD's layout): exit 1 on a mismatch
 //
 // The Lua state is built as Argo CD builds it for a script from argocd-cm (util/lua/lua.go, argo-cd v3.6):
 // gopher-lua at the version Argo CD pins, the standard libraries NOT opened, then only package, base, table and a
@@ -230,6 +231,86 @@ func toLua(l *lua.LState, value any) lua.LValue {
 	return lua.LNil
 }
 
+// discoveryTests runs the discoveryTests of DIR/action_test.yaml (Argo CD's layout) through DIR/discovery.lua:
+// the actions offered and whether each is disabled, as Argo CD lists them. None there: nothing to run.
+func discoveryTests(dir string) int {
+	raw, err := os.ReadFile(filepath.Join(dir, "action_test.yaml"))
+	if os.IsNotExist(err) {
+		return 0
+	} else if err != nil {
+		fail("%v", err)
+	}
+	var cases struct {
+		DiscoveryTests []struct {
+			InputPath string `json:"inputPath"`
+			Result    []struct {
+				Name     string `json:"name"`
+				Disabled bool   `json:"disabled"`
+			} `json:"result"`
+		} `json:"discoveryTests"`
+	}
+	if err := yaml.Unmarshal(raw, &cases); err != nil {
+		fail("action_test.yaml: %v", err)
+	}
+	script, err := os.ReadFile(filepath.Join(dir, "discovery.lua"))
+	if err != nil {
+		fail("%v", err)
+	}
+	bad := 0
+	for _, c := range cases.DiscoveryTests {
+		input, err := os.ReadFile(filepath.Join(dir, c.InputPath))
+		if err != nil {
+			fail("%v", err)
+		}
+		var obj map[string]any
+		if err := decode(input, &obj); err != nil {
+			fail("%s: %v", c.InputPath, err)
+		}
+		got, err := discover(string(script), obj)
+		if err != nil {
+			fmt.Printf("FAIL actions %s: %v\n", c.InputPath, err)
+			bad++
+			continue
+		}
+		want := map[string]bool{}
+		for _, r := range c.Result {
+			want[r.Name] = r.Disabled
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			fmt.Printf("FAIL actions %s: got %v, want %v\n", c.InputPath, got, want)
+			bad++
+			continue
+		}
+		fmt.Printf("ok   actions %s: %v\n", c.InputPath, got)
+	}
+	return bad
+}
+
+// discover: the actions a discovery.lua offers for obj, name -> disabled (Argo CD: enabled unless "disabled").
+func discover(script string, obj map[string]any) (map[string]bool, error) {
+	l, err := run(script, obj)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	raw, err := luajson.Encode(l.Get(-1))
+	if err != nil {
+		return nil, err
+	}
+	offered := map[string]map[string]any{}
+	if string(raw) != "[]" {
+		if err := json.Unmarshal(raw, &offered); err != nil {
+			return nil, err
+		}
+	}
+	out := map[string]bool{}
+	for name, action := range offered {
+		disabled, _ := action["disabled"].(bool)
+		out[name] = disabled
+	}
+	return out, nil
+}
+
 // test runs an Argo CD health_test.yaml: each case's inputPath through DIR/health.lua against its healthStatus.
 func test(dir string) int {
 	raw, err := os.ReadFile(filepath.Join(dir, "health_test.yaml"))
@@ -276,6 +357,7 @@ func test(dir string) int {
 		fmt.Println("FAIL: no tests")
 		return 1
 	}
+	bad += discoveryTests(filepath.Join(dir, "actions"))
 	if bad > 0 {
 		return 1
 	}

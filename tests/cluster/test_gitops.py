@@ -20,7 +20,7 @@ from speculator_operator.api.deployment import SpeculatorDeploymentStatus
 from speculator_operator.api.trainjob import SpeculatorTrainJobStatus
 from speculator_operator.planning.health import deployment_health, trainjob_health
 
-from .conftest import Cluster, eventually, get, sdep
+from .conftest import SMALL, Cluster, eventually, get, sdep
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "gitops" / "argocd" / "resource_customizations" / "speculators.dev"
@@ -55,7 +55,10 @@ def test_the_argocd_health_scripts_pass_their_own_cases(bin_dir: Path, kind: str
                           text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     cases = yaml.safe_load((SCRIPTS / kind / "health_test.yaml").read_text())["tests"]
-    assert done.stdout.count("ok ") == len(cases) == len(KSTATUS[kind])
+    assert done.stdout.count("ok   testdata/") == len(cases) == len(KSTATUS[kind])
+    actions = SCRIPTS / kind / "actions" / "action_test.yaml"
+    offered = yaml.safe_load(actions.read_text())["discoveryTests"] if actions.is_file() else []
+    assert done.stdout.count("ok   actions ") == len(offered) == (3 if kind == KINDS[0] else 0)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -136,7 +139,96 @@ def test_the_argocd_component_merges_both_scripts_into_argo_cds_own_configmap(bi
     (cm,) = list(yaml.safe_load_all(done.stdout))
     assert (cm["metadata"]["name"], cm["metadata"]["namespace"]) == ("argocd-cm", "argocd")
     assert cm["data"].pop("url") == "https://argocd.example.com"
+    actions = cm["data"].pop("resource.customizations.actions.speculators.dev_SpeculatorDeployment")
     assert cm["data"] == {
         f"resource.customizations.health.speculators.dev_{kind}": (SCRIPTS / kind / "health.lua").read_text()
         for kind in KINDS
     }
+    # the actions as Argo CD reads them (ResourceActions): each script byte for byte
+    parsed = yaml.safe_load(actions)
+    folder = SCRIPTS / KINDS[0] / "actions"
+    assert parsed["discovery.lua"] == (folder / "discovery.lua").read_text()
+    assert {d["name"]: d["action.lua"] for d in parsed["definitions"]} == {
+        name: (folder / name / "action.lua").read_text() for name in ("resolve-now", "resume-upgrade", "retrain-now")
+    }
+
+
+@pytest.mark.cluster
+def test_argocd_actions_on_a_live_deployment_resolve_resume_and_retrain_once(
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str, bin_dir: Path
+) -> None:
+    """Each action script run on the live object (as Argo CD runs it), its result applied as Argo CD patches it, and
+    what the operator then does: the verifier resolved now, the paused change rolled out, a retraining started."""
+    assert cluster.s3 is not None
+    s3 = cluster.s3.client()
+    bucket = store["verifier"].removeprefix("s3://").split("/")[0]
+    verifier = f"v-{namespace}-actions"
+    s3.put_object(Bucket=bucket, Key=f"{verifier}/config.json", Body=json.dumps(SMALL).encode())
+    doc = json.loads(sdep("asked", {**store, "verifier": f"s3://{bucket}/{verifier}"}, "good", creds))
+    template = {"algorithm": "eagle3", "data": {"sources": [store["data"]], "format": "pretokenized"},
+                "output": {"uri": f"s3://{bucket}/retrained-{namespace}", "credentials": {"name": creds}}}  # fmt: skip
+    # polled once an hour: only the action makes it look now
+    doc["spec"]["upgradePolicy"] = {"onVerifierChange": "Pause", "pollIntervalSeconds": 3600, "trainTemplate": template}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/asked", "--timeout=120s")
+    before = get(cluster, namespace, "sdep/asked")
+    folder = SCRIPTS / KINDS[0] / "actions"
+    offered = check(bin_dir, "discovery", str(folder / "discovery.lua"), objects=before)
+    assert offered == {"resolve-now": {"disabled": False}, "resume-upgrade": {"disabled": True},
+                       "retrain-now": {"disabled": False}}  # fmt: skip
+
+    def act(action: str) -> str:
+        """Run the action on the live object and patch what it set, as Argo CD does; the value it set."""
+        changed = check(bin_dir, "action", str(folder / action / "action.lua"),
+                        objects=get(cluster, namespace, "sdep/asked"))  # fmt: skip
+        key = next(k for k in changed["metadata"]["annotations"] if k.endswith(f"{action.split('-')[0]}-requested"))
+        value: str = changed["metadata"]["annotations"][key]
+        cluster.kubectl("patch", "-n", namespace, "sdep/asked", "--type=merge", "-p",
+                        json.dumps({"metadata": {"annotations": {key: value}}}))  # fmt: skip
+        return value
+
+    s3.put_object(Bucket=bucket, Key=f"{verifier}/config.json",
+                  Body=json.dumps({**SMALL, "rope_theta": 1000000}).encode())  # fmt: skip
+    resolved = act("resolve-now")
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=VerifierCurrent=False", "sdep/asked", "--timeout=60s")
+    paused = get(cluster, namespace, "sdep/asked")
+    assert paused["status"]["requests"]["resolve"] == resolved
+    assert {c["type"]: c for c in paused["status"]["conditions"]}["VerifierCurrent"]["reason"] == "VerifierChanged"
+    assert paused["status"]["revision"] == before["status"]["revision"]
+    (health,) = check(bin_dir, "health", str(SCRIPTS / KINDS[0] / "health.lua"), objects=[paused])
+    assert health["status"] == "Suspended"
+    assert check(bin_dir, "kstatus", objects=[paused])[0]["status"] == "Current"
+    assert check(bin_dir, "discovery", str(folder / "discovery.lua"), objects=paused)["resume-upgrade"] == {
+        "disabled": False
+    }
+
+    resumed = act("resume-upgrade")
+
+    def rolled() -> dict[str, Any]:
+        obj = get(cluster, namespace, "sdep/asked")
+        assert obj["status"]["requests"].get("resume") == resumed
+        assert obj["status"]["verifierRevision"] != before["status"]["verifierRevision"]
+        assert {c["type"]: c for c in obj["status"]["conditions"]}["VerifierCurrent"]["status"] == "True"
+        return obj  # type: ignore[no-any-return]
+
+    eventually(rolled, timeout=120)
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/asked", "--timeout=120s")
+    assert get(cluster, namespace, "sdep/asked")["status"]["revision"] != before["status"]["revision"]
+
+    retrain = act("retrain-now")
+
+    def retraining() -> dict[str, Any]:
+        obj = get(cluster, namespace, "sdep/asked")
+        assert obj["status"]["requests"].get("retrain") == retrain
+        assert obj["status"].get("retrain"), "no retraining yet"
+        return obj  # type: ignore[no-any-return]
+
+    job = eventually(retraining, timeout=60)["status"]["retrain"]["job"]
+    created = get(cluster, namespace, f"stj/{job}")
+    assert created["spec"]["deployTo"] == "asked"
+    # acted on once: the same value again starts nothing more
+    jobs = get(cluster, namespace, "speculatortrainjobs")["items"]
+    assert [j["metadata"]["name"] for j in jobs] == [job]
+    assert "speculators.dev/retrain-requested" not in (created["metadata"].get("annotations") or {})
+    obj = get(cluster, namespace, "sdep/asked")
+    assert obj["metadata"]["annotations"]["speculators.dev/retrain-requested"] == retrain  # the operator never wrote it
