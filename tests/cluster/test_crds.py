@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -184,3 +186,17 @@ def test_what_a_run_was_started_with_is_immutable(cluster: Cluster, operator_crd
     # what only steers later stages may change
     cluster.kubectl("patch", "-n", namespace, "stj/run", "--type=merge",
                     "-p", json.dumps({"spec": {"retries": 5, "deployTo": "qwen"}}))  # fmt: skip
+
+
+def test_a_new_object_is_in_progress_for_kstatus_before_any_pass(
+    cluster: Cluster, operator_crds: list[str], namespace: str, bin_dir: Path
+) -> None:
+    """No operator runs here: what Helm's and Flux's waits read between a create and the operator's first pass.
+    Without a status, kstatus would call the object Current at once and `helm install --wait` would return."""
+    for kind, manifest in (("sdep", sdep("new", GOOD)), ("stj", stj("new", TRAIN))):
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=manifest)
+        obj = json.loads(cluster.kubectl("get", "-n", namespace, f"{kind}/new", "-o", "json").stdout)
+        assert obj["status"] == {"observedGeneration": 0}
+        done = subprocess.run([str(bin_dir / "gitops-check"), "kstatus"], input=json.dumps([obj]), text=True,
+                              capture_output=True, timeout=60, check=True)  # fmt: skip
+        assert json.loads(done.stdout)[0]["status"] == "InProgress"

@@ -49,7 +49,10 @@ def _crd(
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
                                 "spec": structural(spec),
-                                "status": structural(status),
+                                # read before the operator's first pass, a new object says observedGeneration
+                                # 0 (defaults apply as objects are read from storage), so kstatus reads it as
+                                # InProgress rather than Current (docs/operations/gitops.md)
+                                "status": {**structural(status), "default": {"observedGeneration": 0}},
                             },
                             **({"x-kubernetes-validations": root_rules} if root_rules else {}),
                         }
