@@ -232,3 +232,37 @@ def test_argocd_actions_on_a_live_deployment_resolve_resume_and_retrain_once(
     assert "speculators.dev/retrain-requested" not in (created["metadata"].get("annotations") or {})
     obj = get(cluster, namespace, "sdep/asked")
     assert obj["metadata"]["annotations"]["speculators.dev/retrain-requested"] == retrain  # the operator never wrote it
+
+
+def _chart(root: Path, name: str, manifest: str) -> Path:
+    """A chart holding one SpeculatorDeployment, as a user's own chart would."""
+    (root / name / "templates").mkdir(parents=True)
+    (root / name / "Chart.yaml").write_text(yaml.safe_dump({"apiVersion": "v2", "name": name, "version": "0.1.0"}))
+    (root / name / "templates" / "speculator.yaml").write_text(yaml.safe_dump(json.loads(manifest)))
+    return root / name
+
+
+@pytest.mark.cluster
+def test_helm_install_wait_returns_on_ready_and_fails_before_its_timeout_naming_the_finding(
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str, tmp_path: Path
+) -> None:
+    """The harness's helm 4 (`--wait`: kstatus, fluxcd/cli-utils) on charts holding a SpeculatorDeployment."""
+    exe = Path(cluster.kubectl_path).with_name("helm")
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "HELM_CACHE_HOME": str(tmp_path / "c"),
+           "HELM_CONFIG_HOME": str(tmp_path / "f"), "HELM_DATA_HOME": str(tmp_path / "d")}  # fmt: skip
+
+    def install(release: str, chart: Path) -> subprocess.CompletedProcess[str]:
+        args = [str(exe), "install", release, str(chart), "-n", namespace, "--wait", "--timeout", "300s"]
+        return subprocess.run(args, capture_output=True, text=True, env=env, timeout=400)
+
+    good = install("good", _chart(tmp_path, "good", sdep("good", store, "good", creds)))
+    assert good.returncode == 0, good.stderr
+    ready = {c["type"]: c for c in get(cluster, namespace, "sdep/good")["status"]["conditions"]}["Ready"]
+    assert ready["status"] == "True"  # it returned because the deployment is Ready, not before
+
+    broken = install("broken", _chart(tmp_path, "broken", sdep("broken", store, "bad", creds)))
+    assert broken.returncode != 0
+    # kstatus' Failed with the Stalled message, not the timeout
+    assert "status: Failed" in broken.stderr, broken.stderr
+    assert "fc-shape" in broken.stderr
+    assert "deadline exceeded" not in broken.stderr
