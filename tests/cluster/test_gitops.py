@@ -266,3 +266,28 @@ def test_helm_install_wait_returns_on_ready_and_fails_before_its_timeout_naming_
     assert "status: Failed" in broken.stderr, broken.stderr
     assert "fc-shape" in broken.stderr
     assert "deadline exceeded" not in broken.stderr
+
+
+@pytest.mark.cluster
+def test_the_documented_flux_kustomization_is_accepted_by_fluxs_own_crd(cluster: Cluster, bin_dir: Path) -> None:
+    """The Kustomization in docs/operations/gitops.md, dry-run on the server against kustomize-controller's CRD
+    (hack/build-kube takes it from the module); running kustomize-controller is out of scope."""
+    cluster.kubectl("apply", "--server-side", "-f", str(bin_dir / "flux-kustomizations-crd.yaml"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/kustomizations.kustomize.toolkit.fluxcd.io",
+                    "--timeout=60s")  # fmt: skip
+    text = (REPO / "docs" / "operations" / "gitops.md").read_text()
+    blocks = [yaml.safe_load(b.split("```")[0]) for b in text.split("```yaml\n")[1:]]
+    (documented,) = [b for b in blocks if b.get("apiVersion", "").startswith("kustomize.toolkit.fluxcd.io/")]
+    assert documented["spec"]["wait"] is True
+    if cluster.kubectl("get", "namespace", "flux-system", check=False).returncode != 0:
+        cluster.kubectl("create", "namespace", "flux-system")
+
+    def dry_run(obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        return cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(obj), check=False)
+
+    accepted = dry_run(documented)
+    assert accepted.returncode == 0, accepted.stderr
+    # the schema is enforced: the same with `wait` misspelt as a string is refused, naming the field
+    refused = dry_run({**documented, "spec": {**documented["spec"], "wait": "yes"}})
+    assert refused.returncode != 0
+    assert "spec.wait" in refused.stderr
