@@ -20,7 +20,8 @@ from speculator_operator.api.deployment import SpeculatorDeploymentStatus
 from speculator_operator.api.trainjob import SpeculatorTrainJobStatus
 from speculator_operator.planning.health import deployment_health, trainjob_health
 
-from .conftest import SMALL, Cluster, eventually, get, sdep
+from .conftest import SMALL, Cluster, eventually, get, sdep, stj
+from .test_trainjob_controller import simulated, slow_offline
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "gitops" / "argocd" / "resource_customizations" / "speculators.dev"
@@ -291,3 +292,39 @@ def test_the_documented_flux_kustomization_is_accepted_by_fluxs_own_crd(cluster:
     refused = dry_run({**documented, "spec": {**documented["spec"], "wait": "yes"}})
     assert refused.returncode != 0
     assert "spec.wait" in refused.stderr
+
+
+@pytest.mark.cluster
+def test_live_train_jobs_as_flux_helm_and_argocd_see_them(
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str, workspace: Any,
+    bin_dir: Path,
+) -> None:  # fmt: skip
+    """A run while a stage runs (Current, as kstatus treats a started Job; Argo CD Progressing), once it succeeded
+    (Current, Healthy) and one whose stage failed (Failed, Degraded), through kstatus and the Argo CD script."""
+    workspace("slow-workspace")
+    workspace("broken-workspace")
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=slow_offline("slow", store, creds, "2s"))
+    broken = stj("broken", store, creds, retries=0, data={"sources": [store["data"]], "format": "pretokenized"},
+                 stages={"cpu": simulated(), "trainer": simulated(**{"speculators.dev/simulate": "fail"})})  # fmt: skip
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=broken)
+    script = str(SCRIPTS / KINDS[1] / "health.lua")
+
+    def running() -> dict[str, Any]:
+        obj = get(cluster, namespace, "stj/slow")
+        st = obj["status"]
+        assert st.get("phase") not in (None, "Pending", "Succeeded"), st.get("phase")
+        assert any(s.get("startTime") for s in st.get("stages") or []), "no stage started yet"
+        return obj  # type: ignore[no-any-return]
+
+    mid = eventually(running, timeout=120)
+    assert "Ready" not in {c["type"] for c in mid["status"]["conditions"]}
+    assert check(bin_dir, "kstatus", objects=[mid])[0]["status"] == "Current"
+    assert check(bin_dir, "health", script, objects=[mid])[0]["status"] == "Progressing"
+
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "stj/slow", "--timeout=300s")
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Stalled", "stj/broken", "--timeout=300s")
+    done = [get(cluster, namespace, f"stj/{name}") for name in ("slow", "broken")]
+    assert [k["status"] for k in check(bin_dir, "kstatus", objects=done)] == ["Current", "Failed"]
+    said = check(bin_dir, "health", script, objects=done)
+    assert [a["status"] for a in said] == ["Healthy", "Degraded"]
+    assert said[1]["message"].startswith("StageFailed")
