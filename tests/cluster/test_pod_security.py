@@ -81,7 +81,8 @@ def test_a_pod_the_api_server_refuses_is_said_in_its_words(
 
     def stage_said() -> dict[str, Any]:
         st = get(cluster, namespace, "stj/refused").get("status") or {}
-        cond = next((c for c in st.get("conditions") or [] if c["type"] == "Ready"), {})
+        # a started run has no Ready until it ends (docs/operations/gitops.md): Failed=False says what holds it
+        cond = next((c for c in st.get("conditions") or [] if c["type"] == "Failed"), {})
         assert cond.get("reason") == "FailedCreate", cond
         return cond
 

@@ -16,8 +16,10 @@ WRITE = ("create", "patch", "update")
 
 # (API group, resource, verbs) in every watched namespace
 NEEDED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    (GROUP, "speculatordeployments", (*READ, "patch", "update")),
-    (GROUP, "speculatortrainjobs", (*READ, *WRITE)),
+    # no spec is written by the operator (a train job's hand-off lives in the deployment's status): read only, and
+    # create for the train jobs a retraining starts
+    (GROUP, "speculatordeployments", READ),
+    (GROUP, "speculatortrainjobs", (*READ, "create")),
     (GROUP, "speculatordeployments/status", ("get", "patch", "update")),
     (GROUP, "speculatortrainjobs/status", ("get", "patch", "update")),
     ("batch", "jobs", (*READ, *WRITE)),
