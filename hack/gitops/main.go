@@ -106,11 +106,7 @@ func readScript(at int) string {
 	if len(os.Args) <= at {
 		fail("%s SCRIPT", os.Args[1])
 	}
-	raw, err := os.ReadFile(os.Args[at])
-	if err != nil {
-		fail("%v", err)
-	}
-	return string(raw)
+	return readFile(os.Args[at])
 }
 
 // readObjects: a JSON (or YAML) list of objects, or one object, on stdin.
@@ -231,6 +227,23 @@ func toLua(l *lua.LState, value any) lua.LValue {
 	return lua.LNil
 }
 
+func readFile(path string) string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		fail("%v", err)
+	}
+	return string(raw)
+}
+
+// readCase: a test case's input object, DIR/PATH.
+func readCase(dir, path string) map[string]any {
+	var obj map[string]any
+	if err := decode([]byte(readFile(filepath.Join(dir, path))), &obj); err != nil {
+		fail("%s: %v", path, err)
+	}
+	return obj
+}
+
 // discoveryTests runs the discoveryTests of DIR/action_test.yaml (Argo CD's layout) through DIR/discovery.lua:
 // the actions offered and whether each is disabled, as Argo CD lists them. None there: nothing to run.
 func discoveryTests(dir string) int {
@@ -252,21 +265,10 @@ func discoveryTests(dir string) int {
 	if err := yaml.Unmarshal(raw, &cases); err != nil {
 		fail("action_test.yaml: %v", err)
 	}
-	script, err := os.ReadFile(filepath.Join(dir, "discovery.lua"))
-	if err != nil {
-		fail("%v", err)
-	}
+	script := readFile(filepath.Join(dir, "discovery.lua"))
 	bad := 0
 	for _, c := range cases.DiscoveryTests {
-		input, err := os.ReadFile(filepath.Join(dir, c.InputPath))
-		if err != nil {
-			fail("%v", err)
-		}
-		var obj map[string]any
-		if err := decode(input, &obj); err != nil {
-			fail("%s: %v", c.InputPath, err)
-		}
-		got, err := discover(string(script), obj)
+		got, err := discover(script, readCase(dir, c.InputPath))
 		if err != nil {
 			fmt.Printf("FAIL actions %s: %v\n", c.InputPath, err)
 			bad++
@@ -326,21 +328,10 @@ func test(dir string) int {
 	if err := yaml.Unmarshal(raw, &cases); err != nil {
 		fail("health_test.yaml: %v", err)
 	}
-	script, err := os.ReadFile(filepath.Join(dir, "health.lua"))
-	if err != nil {
-		fail("%v", err)
-	}
+	script := readFile(filepath.Join(dir, "health.lua"))
 	bad := 0
 	for _, c := range cases.Tests {
-		input, err := os.ReadFile(filepath.Join(dir, c.InputPath))
-		if err != nil {
-			fail("%v", err)
-		}
-		var obj map[string]any
-		if err := decode(input, &obj); err != nil {
-			fail("%s: %v", c.InputPath, err)
-		}
-		got, err := health(string(script), obj)
+		got, err := health(script, readCase(dir, c.InputPath))
 		if err != nil {
 			fmt.Printf("FAIL %s: %v\n", c.InputPath, err)
 			bad++
