@@ -326,3 +326,15 @@ def stj(name: str, store: dict[str, str], creds: str, **spec: Any) -> str:
     }
     return json.dumps({"apiVersion": "speculators.dev/v1alpha1", "kind": "SpeculatorTrainJob",
                        "metadata": {"name": name}, "spec": body})  # fmt: skip
+
+
+ARGOCD_SCRIPTS = REPO / "gitops" / "argocd" / "resource_customizations" / "speculators.dev"
+ARGOCD_DEPLOYMENT = ARGOCD_SCRIPTS / "SpeculatorDeployment" / "health.lua"
+
+
+def gitops(bin_dir: Path, *args: str, objects: Any = None) -> Any:
+    """What the GitOps tools' own code says of `objects` (hack/gitops/main.go: kstatus, an Argo CD script)."""
+    done = subprocess.run([str(bin_dir / "gitops-check"), *args], input=json.dumps(objects), capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+    return json.loads(done.stdout)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
 
-from .conftest import SMALL, Cluster, eventually, existing_claim, get, sdep
+from .conftest import ARGOCD_DEPLOYMENT, SMALL, Cluster, eventually, existing_claim, get, gitops, sdep
 
 pytestmark = pytest.mark.cluster
 
@@ -112,8 +113,9 @@ def test_unreadable_checkpoint_waits_with_a_reason(
 
 
 def test_verifier_changes_follow_the_upgrade_policy(
-    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str, workspace: Any
-) -> None:
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str, workspace: Any,
+    bin_dir: Path,
+) -> None:  # fmt: skip
     assert cluster.s3 is not None
     s3 = cluster.s3.client()
     bucket = store["verifier"].removeprefix("s3://").split("/")[0]
@@ -167,6 +169,11 @@ def test_verifier_changes_follow_the_upgrade_policy(
                     "--timeout=120s")  # fmt: skip
     st = get(cluster, namespace, "sdep/incompatible")["status"]
     assert any(f["rule"] == "verifier-hidden-size" for f in st["audit"]["findings"])
+    # the last good pair serves, the new verifier is refused for good: Stalled (kstatus Failed, Argo CD Degraded)
+    degraded = get(cluster, namespace, "sdep/incompatible")
+    assert {c["type"]: c for c in st["conditions"]}["Stalled"]["reason"] == "AuditFailed"
+    assert gitops(bin_dir, "kstatus", objects=[degraded])[0]["status"] == "Failed"
+    assert gitops(bin_dir, "health", str(ARGOCD_DEPLOYMENT), objects=[degraded])[0]["status"] == "Degraded"
     dep = get(cluster, namespace, "deployment/incompatible")
     assert dep["metadata"]["annotations"]["speculators.dev/revision"] == before["incompatible"]["revision"]
 

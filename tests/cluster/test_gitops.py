@@ -20,11 +20,11 @@ from speculator_operator.api.deployment import SpeculatorDeploymentStatus
 from speculator_operator.api.trainjob import SpeculatorTrainJobStatus
 from speculator_operator.planning.health import deployment_health, trainjob_health
 
-from .conftest import SMALL, Cluster, eventually, get, sdep, stj
+from .conftest import ARGOCD_SCRIPTS, SMALL, Cluster, eventually, get, gitops, sdep, stj
 from .test_trainjob_controller import simulated, slow_offline
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = REPO / "gitops" / "argocd" / "resource_customizations" / "speculators.dev"
+SCRIPTS = ARGOCD_SCRIPTS
 KINDS = ("SpeculatorDeployment", "SpeculatorTrainJob")
 
 # kstatus of each Argo CD case (docs/operations/gitops.md has the table)
@@ -41,13 +41,6 @@ KSTATUS = {
         "image-pull": "Failed", "succeeded": "Current", "failed": "Failed", "generation-not-observed": "InProgress",
     },
 }  # fmt: skip
-
-
-def check(bin_dir: Path, *args: str, objects: Any = None) -> Any:
-    done = subprocess.run([str(bin_dir / "gitops-check"), *args], input=json.dumps(objects), capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stderr + done.stdout
-    return json.loads(done.stdout)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -78,7 +71,7 @@ def test_the_cases_are_statuses_the_operator_writes_and_kstatus_agrees_with_the_
             status = SpeculatorTrainJobStatus.model_validate(obj["status"])
             derived = trainjob_health(status)
         assert stored(derived) == stored(status), obj["metadata"]["name"]  # what a pass leaves as it is
-    said = check(bin_dir, "kstatus", objects=objects)
+    said = gitops(bin_dir, "kstatus", objects=objects)
     assert {n: s["status"] for n, s in zip(names, said, strict=True)} == {n: KSTATUS[kind][n] for n in names}
 
 
@@ -94,8 +87,8 @@ def test_live_deployments_as_flux_helm_and_argocd_see_them(
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Stalled", "sdep/broken", "--timeout=120s")
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Reconciling", "sdep/later", "--timeout=120s")
     objects = [get(cluster, namespace, f"sdep/{name}") for name in ("fine", "broken", "later")]
-    kstatus = check(bin_dir, "kstatus", objects=objects)
-    argocd = check(bin_dir, "health", str(SCRIPTS / KINDS[0] / "health.lua"), objects=objects)
+    kstatus = gitops(bin_dir, "kstatus", objects=objects)
+    argocd = gitops(bin_dir, "health", str(SCRIPTS / KINDS[0] / "health.lua"), objects=objects)
     assert [k["status"] for k in kstatus] == ["Current", "Failed", "InProgress"]
     assert [a["status"] for a in argocd] == ["Healthy", "Degraded", "Progressing"]
     # the finding reaches the tools' own words: Helm and Flux print kstatus' message
@@ -117,7 +110,7 @@ def test_live_deployments_as_flux_helm_and_argocd_see_them(
         return obj
 
     obj = eventually(refused)
-    (said,) = check(bin_dir, "kstatus", objects=[obj])
+    (said,) = gitops(bin_dir, "kstatus", objects=[obj])
     assert said["status"] == "Failed"
     assert {c["type"]: c for c in obj["status"]["conditions"]}["Stalled"]["reason"] == "ReleaseUnsupported"
 
@@ -174,13 +167,13 @@ def test_argocd_actions_on_a_live_deployment_resolve_resume_and_retrain_once(
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/asked", "--timeout=120s")
     before = get(cluster, namespace, "sdep/asked")
     folder = SCRIPTS / KINDS[0] / "actions"
-    offered = check(bin_dir, "discovery", str(folder / "discovery.lua"), objects=before)
+    offered = gitops(bin_dir, "discovery", str(folder / "discovery.lua"), objects=before)
     assert offered == {"resolve-now": {"disabled": False}, "resume-upgrade": {"disabled": True},
                        "retrain-now": {"disabled": False}}  # fmt: skip
 
     def act(action: str) -> str:
         """Run the action on the live object and patch what it set, as Argo CD does; the value it set."""
-        changed = check(bin_dir, "action", str(folder / action / "action.lua"),
+        changed = gitops(bin_dir, "action", str(folder / action / "action.lua"),
                         objects=get(cluster, namespace, "sdep/asked"))  # fmt: skip
         key = next(k for k in changed["metadata"]["annotations"] if k.endswith(f"{action.split('-')[0]}-requested"))
         value: str = changed["metadata"]["annotations"][key]
@@ -196,10 +189,10 @@ def test_argocd_actions_on_a_live_deployment_resolve_resume_and_retrain_once(
     assert paused["status"]["requests"]["resolve"] == resolved
     assert {c["type"]: c for c in paused["status"]["conditions"]}["VerifierCurrent"]["reason"] == "VerifierChanged"
     assert paused["status"]["revision"] == before["status"]["revision"]
-    (health,) = check(bin_dir, "health", str(SCRIPTS / KINDS[0] / "health.lua"), objects=[paused])
+    (health,) = gitops(bin_dir, "health", str(SCRIPTS / KINDS[0] / "health.lua"), objects=[paused])
     assert health["status"] == "Suspended"
-    assert check(bin_dir, "kstatus", objects=[paused])[0]["status"] == "Current"
-    assert check(bin_dir, "discovery", str(folder / "discovery.lua"), objects=paused)["resume-upgrade"] == {
+    assert gitops(bin_dir, "kstatus", objects=[paused])[0]["status"] == "Current"
+    assert gitops(bin_dir, "discovery", str(folder / "discovery.lua"), objects=paused)["resume-upgrade"] == {
         "disabled": False
     }
 
@@ -224,7 +217,14 @@ def test_argocd_actions_on_a_live_deployment_resolve_resume_and_retrain_once(
         assert obj["status"].get("retrain"), "no retraining yet"
         return obj  # type: ignore[no-any-return]
 
-    job = eventually(retraining, timeout=60)["status"]["retrain"]["job"]
+    retraining_now = eventually(retraining, timeout=60)
+    job = retraining_now["status"]["retrain"]["job"]
+    # retraining while the pair serves: Current for kstatus (Ready stays True), Progressing for Argo CD
+    assert gitops(bin_dir, "kstatus", objects=[retraining_now])[0]["status"] == "Current"
+    assert (
+        gitops(bin_dir, "health", str(SCRIPTS / KINDS[0] / "health.lua"), objects=[retraining_now])[0]["status"]
+        == "Progressing"
+    )
     created = get(cluster, namespace, f"stj/{job}")
     assert created["spec"]["deployTo"] == "asked"
     # acted on once: the same value again starts nothing more
@@ -318,13 +318,13 @@ def test_live_train_jobs_as_flux_helm_and_argocd_see_them(
 
     mid = eventually(running, timeout=120)
     assert "Ready" not in {c["type"] for c in mid["status"]["conditions"]}
-    assert check(bin_dir, "kstatus", objects=[mid])[0]["status"] == "Current"
-    assert check(bin_dir, "health", script, objects=[mid])[0]["status"] == "Progressing"
+    assert gitops(bin_dir, "kstatus", objects=[mid])[0]["status"] == "Current"
+    assert gitops(bin_dir, "health", script, objects=[mid])[0]["status"] == "Progressing"
 
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "stj/slow", "--timeout=300s")
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Stalled", "stj/broken", "--timeout=300s")
     done = [get(cluster, namespace, f"stj/{name}") for name in ("slow", "broken")]
-    assert [k["status"] for k in check(bin_dir, "kstatus", objects=done)] == ["Current", "Failed"]
-    said = check(bin_dir, "health", script, objects=done)
+    assert [k["status"] for k in gitops(bin_dir, "kstatus", objects=done)] == ["Current", "Failed"]
+    said = gitops(bin_dir, "health", script, objects=done)
     assert [a["status"] for a in said] == ["Healthy", "Degraded"]
     assert said[1]["message"].startswith("StageFailed")

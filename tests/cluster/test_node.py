@@ -34,7 +34,7 @@ from speculator_operator.domain.releases import get_release
 from speculator_operator.telemetry.acceptance import parse_sample
 
 from ..lanes import make_tiny_verifier, run_in, workloads_env_path
-from .conftest import REPO, Cluster, chart_image_values, eventually, get
+from .conftest import ARGOCD_DEPLOYMENT, REPO, Cluster, chart_image_values, eventually, get, gitops
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
 CHART = REPO / "charts" / "speculator-operator"
@@ -501,7 +501,7 @@ def test_a_verifier_change_rolls_the_real_pods(cluster: Cluster, node_ns: str, m
 
 
 def test_an_image_the_node_cannot_get_is_reported_in_the_kubelets_words(
-    cluster: Cluster, node_ns: str, models: dict[str, str]
+    cluster: Cluster, node_ns: str, models: dict[str, str], bin_dir: Path
 ) -> None:
     missing = get_release().image("server", "cpu") + "-missing"
     apply(
@@ -527,6 +527,12 @@ def test_an_image_the_node_cannot_get_is_reported_in_the_kubelets_words(
     # the harness's registry answered: the tag is not there (not a closed port, not a refused connection)
     assert "not found" in serving["message"], serving["message"]
     assert "connection refused" not in serving["message"], serving["message"]
+    # a rollout stuck on its image is Stalled: Failed for kstatus (Helm's and Flux's waits end), Degraded for Argo CD
+    obj = get(cluster, node_ns, "sdep/noimage")
+    stalled = {c["type"]: c for c in obj["status"]["conditions"]}["Stalled"]
+    assert stalled["reason"] in ("ErrImagePull", "ImagePullBackOff")
+    assert gitops(bin_dir, "kstatus", objects=[obj])[0]["status"] == "Failed"
+    assert gitops(bin_dir, "health", str(ARGOCD_DEPLOYMENT), objects=[obj])[0]["status"] == "Degraded"
     cluster.kubectl("delete", "-n", node_ns, "sdep/noimage")
 
 
