@@ -260,7 +260,8 @@ def test_a_retrain_hand_off_keeps_old_replicas_on_the_old_draft(
 
     st = eventually(handed_over, timeout=120)
     assert st["verifierRevision"] == new_rev
-    assert get(cluster, namespace, "sdep/retrain")["spec"]["speculator"]["source"] == retrained["uri"]
+    assert st["handedOver"]["uri"] == retrained["uri"]  # held in status: the spec is the user's, untouched
+    assert get(cluster, namespace, "sdep/retrain")["spec"]["speculator"]["source"] != retrained["uri"]
     new_template = template(cluster, namespace, "retrain")
     assert staged_weights(new_template, tmp_path / "new-replica") == sha(new / "model.safetensors")
     assert stage(new_template, "verifier", tmp_path / "new-replica-verifier").returncode == 0

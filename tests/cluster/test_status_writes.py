@@ -54,6 +54,7 @@ def test_a_pass_writes_only_what_changed_and_a_spec_edit_meanwhile_is_no_conflic
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     rolling = {
         "phase": "Deploying",
+        "observedGeneration": 1,
         "readyReplicas": 0,
         "conditions": [
             cond("Ready", "False", "RollingOut", "0/1 replicas of revision r1 ready"),
@@ -61,7 +62,9 @@ def test_a_pass_writes_only_what_changed_and_a_spec_edit_meanwhile_is_no_conflic
         ],
     }
     before = writes("reconcile")
-    kube.patch_status(PLURAL, namespace, "shared", {}, rolling, "reconcile")
+    # what a first pass reads: the CRD's default before any write (docs/operations/gitops.md)
+    assert get(cluster, namespace, "sdep/shared")["status"] == {"observedGeneration": 0}
+    kube.patch_status(PLURAL, namespace, "shared", {"observedGeneration": 0}, rolling, "reconcile")
     assert writes("reconcile") == before + 1
     assert get(cluster, namespace, "sdep/shared")["status"] == rolling
 
@@ -71,7 +74,8 @@ def test_a_pass_writes_only_what_changed_and_a_spec_edit_meanwhile_is_no_conflic
     cluster.kubectl("patch", "-n", namespace, "sdep/shared", "--type=merge", "-p", json.dumps(patch))
     # its write lands all the same: the conditions list is the pass's own (it read the stored one), a condition
     # it dropped is gone, and a key it dropped is removed
-    ready = {"phase": "Ready", "conditions": [cond("Ready", "True", "Ready", "1/1 replicas of revision r1 ready")]}
+    ready = {"phase": "Ready", "observedGeneration": 2,
+             "conditions": [cond("Ready", "True", "Ready", "1/1 replicas of revision r1 ready")]}  # fmt: skip
     kube.patch_status(PLURAL, namespace, "shared", read, ready, "child")
     stored = get(cluster, namespace, "sdep/shared")
     assert stored["status"] == ready
