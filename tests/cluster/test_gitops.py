@@ -328,3 +328,55 @@ def test_live_train_jobs_as_flux_helm_and_argocd_see_them(
     said = gitops(bin_dir, "health", script, objects=done)
     assert [a["status"] for a in said] == ["Healthy", "Degraded"]
     assert said[1]["message"].startswith("StageFailed")
+
+
+@pytest.mark.cluster
+def test_the_other_rows_live_a_stuck_rollout_waiting_inputs_an_invalid_spec_and_no_retrain_template(
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str, bin_dir: Path
+) -> None:
+    """The table's rows the other live tests do not reach, each held in its state on the real control plane."""
+    assert cluster.s3 is not None
+    s3 = cluster.s3.client()
+    bucket = store["verifier"].removeprefix("s3://").split("/")[0]
+    # rolling out, held there: its pods fit no node (Reconciling with the scheduler's reason)
+    nowhere = json.loads(sdep("nowhere", store, "good", creds, nodeSelector={"speculators.dev/no-such-node": "x"}))
+    # pending on a train job that does not exist yet
+    following = json.loads(sdep("following", store, "good", creds))
+    following["spec"]["speculator"] = {"fromTrainJob": "not-yet"}
+    # mtp on a verifier without native MTP layers (qwen3): InvalidSpec before any pod
+    refused = json.loads(stj("mtp", store, creds, algorithm="mtp"))
+    # Retrain without a template, once the verifier moves: RetrainUnavailable while the pair serves
+    verifier = f"v-{namespace}-untemplated"
+    s3.put_object(Bucket=bucket, Key=f"{verifier}/config.json", Body=json.dumps(SMALL).encode())
+    untemplated = json.loads(sdep("untemplated", {**store, "verifier": f"s3://{bucket}/{verifier}"}, "good", creds))
+    untemplated["spec"]["upgradePolicy"] = {"onVerifierChange": "Retrain", "pollIntervalSeconds": 3600}
+    # a train job whose verifier cannot be read: before its first stage, waiting on an input
+    blind = json.loads(stj("blind", {**store, "verifier": f"s3://{bucket}/no-such-verifier-{namespace}"}, creds))
+    for doc in (nowhere, following, refused, untemplated, blind):
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/untemplated", "--timeout=120s")
+    s3.put_object(Bucket=bucket, Key=f"{verifier}/config.json",
+                  Body=json.dumps({**SMALL, "rope_theta": 1000000}).encode())  # fmt: skip
+    cluster.kubectl("annotate", "-n", namespace, "sdep/untemplated", "speculators.dev/resolve-requested=now")
+
+    expected = {  # name: (kind, condition that is True, kstatus, Argo CD)
+        "nowhere": ("sdep", "Reconciling", "InProgress", "Progressing"),
+        "following": ("sdep", "Reconciling", "InProgress", "Progressing"),
+        "mtp": ("stj", "Stalled", "Failed", "Degraded"),
+        "untemplated": ("sdep", "Stalled", "Failed", "Degraded"),
+        "blind": ("stj", "Reconciling", "InProgress", "Progressing"),
+    }
+    for name, (kind, condition, _, _) in expected.items():
+        cluster.kubectl("wait", "-n", namespace, f"--for=condition={condition}", f"{kind}/{name}", "--timeout=120s")
+    objects = {name: get(cluster, namespace, f"{kind}/{name}") for name, (kind, *_) in expected.items()}
+    reasons = {
+        name: {c["type"]: c["reason"] for c in obj["status"]["conditions"]}[expected[name][1]]
+        for name, obj in objects.items()
+    }
+    assert reasons == {"nowhere": "Unschedulable", "following": "TrainJobPending", "mtp": "InvalidSpec",
+                       "untemplated": "RetrainUnavailable", "blind": "VerifierUnreadable"}  # fmt: skip
+    for name, obj in objects.items():
+        kind = KINDS[0] if expected[name][0] == "sdep" else KINDS[1]
+        (said,) = gitops(bin_dir, "kstatus", objects=[obj])
+        (health,) = gitops(bin_dir, "health", str(SCRIPTS / kind / "health.lua"), objects=[obj])
+        assert (said["status"], health["status"]) == expected[name][2:], name
