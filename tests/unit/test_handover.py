@@ -7,7 +7,7 @@ from typing import Any
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.planning import Problem
-from speculator_operator.planning.handover import offer_due, served, speculator_digest, take_offer
+from speculator_operator.planning.handover import offer_due, offer_of, served, speculator_digest, take_offer
 
 SPEC = SpeculatorDeploymentSpec.model_validate(
     {"verifier": {"model": "Qwen/Qwen3-8B"}, "speculator": {"source": "s3://drafts/old"}}
@@ -56,3 +56,12 @@ def test_only_a_later_offer_than_the_one_held_is_read() -> None:
     assert offer_due(earlier, held) is None  # listed again after a restart: does not take back a later one
     later = {**earlier, "q-retrain-1": ("2026-12-05T10:00:00Z", held.uri), "next": ("2026-12-06T10:00:00Z", "s3://x")}
     assert offer_due(later, held) == "next"
+
+
+def test_a_watched_train_job_offers_only_once_it_succeeded_with_a_location_and_names_a_deployment() -> None:
+    assert offer_of(stj()) == ("qwen", "q-retrain-1", "2026-12-05T10:00:00Z", "s3://drafts/new/sha256-1")
+    assert offer_of(stj(phase="Training")) is None
+    assert offer_of(stj(uri="")) is None
+    unnamed = stj()
+    del unnamed["spec"]["deployTo"]
+    assert offer_of(unnamed) is None

@@ -23,6 +23,7 @@ from speculator_operator.planning.retrain import (
     retrain_due,
     retrain_job,
     retrain_name,
+    retrain_refused,
     retrain_status,
     train_job_output,
 )
@@ -241,6 +242,17 @@ def test_a_retraining_pins_the_pair_until_its_result_is_rolled_out() -> None:
     assert holds_for_retrain(in_flight, 3)
     assert not holds_for_retrain(in_flight, 4)  # something was asked since
     assert not holds_for_retrain(S({"observedGeneration": 3}), 3)
+    assert not holds_for_retrain(in_flight, 3, "q-retrain-new")  # its own job just handed over
+    assert holds_for_retrain(in_flight, 3, "someone-else")
+    # a retrain request: refused without a template, or while one is in flight
+    assert retrain_refused(SPEC, S()) == (
+        "RetrainUnavailable",
+        "retrain requested: upgradePolicy.trainTemplate is not set",
+    )
+    in_flight_refusal = retrain_refused(redeploy, in_flight)
+    assert in_flight_refusal is not None
+    assert in_flight_refusal[0] == "RetrainInFlight"
+    assert retrain_refused(redeploy, S()) is None
     assert retrain_due(SPEC, InputAction.RETRAIN, S(), "new")
     assert not retrain_due(SPEC, InputAction.RETRAIN, in_flight, "new")  # once per revision
     assert retrain_due(redeploy, InputAction.REDEPLOY, S({"phase": "Degraded"}), "new")

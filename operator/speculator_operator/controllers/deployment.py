@@ -37,7 +37,7 @@ from speculator_operator.planning.deployment import (
     plan,
     refresh_serving,
 )
-from speculator_operator.planning.handover import offer_due, served, take_offer
+from speculator_operator.planning.handover import offer_due, offer_of, served, take_offer
 from speculator_operator.planning.health import deployment_health
 from speculator_operator.planning.inputs import InputAction, draft_change, verifier_change
 from speculator_operator.planning.passes import READINESS_PRIORITY, Cause, Step, deployment_steps, refresh_cause
@@ -48,6 +48,7 @@ from speculator_operator.planning.retrain import (
     holds_for_retrain,
     retrain_due,
     retrain_job,
+    retrain_refused,
     retrain_status,
     train_job_output,
 )
@@ -290,13 +291,9 @@ class _Pass:
         """A retrain request (planning/requests.py): a train job from upgradePolicy.trainTemplate for the verifier
         as it resolves now, unless there is no template or a retraining is in flight (an event says which)."""
         current = self.status.status
-        if not parsed.upgrade_policy.train_template:
-            self.events.append(("Warning", "RetrainUnavailable", "retrain requested: upgradePolicy.trainTemplate is "
-                                "not set"))  # fmt: skip
-            return
-        if current.retrain is not None:
-            self.events.append(("Normal", "RetrainInFlight", f"retrain requested: SpeculatorTrainJob "
-                                f"{current.retrain.job} is already retraining this deployment"))  # fmt: skip
+        refused = retrain_refused(parsed, current)
+        if refused is not None:
+            self.events.append(("Warning" if refused[0] == "RetrainUnavailable" else "Normal", *refused))
             return
         try:
             revision = resolve_verifier_revision(parsed, self.namespace) or current.verifier_revision
@@ -357,11 +354,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         adopted = one.take_offer(parsed) if parsed is not None else None
         if adopted is not None:
             causes = causes | {Cause.TRAINJOB}
-        retrain = one.status.status.retrain
-        # a retrain pins the pair until its own job hands over
-        pinned = holds_for_retrain(one.status.status, one.generation) and not (
-            retrain is not None and adopted == retrain.job
-        )
+        pinned = holds_for_retrain(one.status.status, one.generation, adopted)
         restoring = None if pinned else drift.restoring(drifts)
         asked = requests.pending(raw["metadata"].get("annotations"), one.status.stored.get("requests"))
         steps = deployment_steps(
@@ -488,16 +481,17 @@ _offers: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
 
 
 def _hold_offer(body: kopf.Body, namespace: str, type_: str | None) -> tuple[str, str] | None:
-    """Keep (or drop) the offer a train job's event shows: the (deployment, uri) it offers, or None."""
-    meta, status = body.get("metadata") or {}, body.get("status") or {}
-    job, target = str(meta.get("name") or ""), (body.get("spec") or {}).get("deployTo")
-    uri = (status.get("checkpoint") or {}).get("uri")
+    """Keep (or drop) the offer a train job's event shows (planning/handover.offer_of): the (deployment, uri) it
+    offers, or None."""
+    job = str((body.get("metadata") or {}).get("name") or "")
     for held in _offers.values():
         held.pop(job, None)  # what it offered before (it may name another deployment now)
-    if not target or type_ == "DELETED" or status.get("phase") != "Succeeded" or not uri:
+    offer = None if type_ == "DELETED" else offer_of(body)
+    if offer is None:
         return None
-    _offers.setdefault((namespace, str(target)), {})[job] = (str(status.get("completionTime") or ""), str(uri))
-    return str(target), str(uri)
+    target, _, completed, uri = offer
+    _offers.setdefault((namespace, target), {})[job] = (completed, uri)
+    return target, uri
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

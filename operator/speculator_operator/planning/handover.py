@@ -47,6 +47,16 @@ def offer_due(offers: Offers, handed: HandedOver | None) -> str | None:
     return job
 
 
+def offer_of(stj: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
+    """(deployment, job, completionTime, uri) that a train job as watched offers: one that names a deployment in
+    spec.deployTo and has succeeded with a published location; None otherwise."""
+    meta, status = stj.get("metadata") or {}, stj.get("status") or {}
+    target, uri = (stj.get("spec") or {}).get("deployTo"), (status.get("checkpoint") or {}).get("uri")
+    if not target or not uri or status.get("phase") != "Succeeded":
+        return None
+    return str(target), str(meta.get("name") or ""), str(status.get("completionTime") or ""), str(uri)
+
+
 def take_offer(stj: dict[str, Any] | None, job: str, name: str, spec: SpeculatorDeploymentSpec) -> HandedOver | Problem:
     """The hand-over of train job `job` (the stored object, None when it is gone) to deployment `name`, or why not:
     it must name this deployment, have succeeded with a published location, and train for the verifier served."""

@@ -98,10 +98,22 @@ def train_job_output(stj: dict[str, Any] | None, job: str, verifier_model: str) 
     return uri, ((spec.get("output") or {}).get("credentials") or {}).get("name")
 
 
-def holds_for_retrain(status: SpeculatorDeploymentStatus, generation: int) -> bool:
+def holds_for_retrain(status: SpeculatorDeploymentStatus, generation: int, handed_over: str | None = None) -> bool:
     """A retraining is in flight and nothing was asked since: the pair stays pinned to its old verifier
-    (a resumed operator must not move it to the new revision with the old draft)."""
-    return status.retrain is not None and status.observed_generation == generation
+    (a resumed operator must not move it to the new revision with the old draft), until the retraining's own job
+    is the one just `handed_over` (planning/handover.py)."""
+    retrain = status.retrain
+    return retrain is not None and status.observed_generation == generation and handed_over != retrain.job
+
+
+def retrain_refused(spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus) -> tuple[str, str] | None:
+    """Why a retrain request (planning/requests.py) starts nothing, as an event's (reason, message): no template,
+    or a retraining in flight; None when it may start one."""
+    if not spec.upgrade_policy.train_template:
+        return "RetrainUnavailable", "retrain requested: upgradePolicy.trainTemplate is not set"
+    if status.retrain is not None:
+        return "RetrainInFlight", f"retrain requested: SpeculatorTrainJob {status.retrain.job} is already retraining"
+    return None
 
 
 def retrain_due(
