@@ -38,7 +38,7 @@ from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.checkpoint import AuditReport, Checkpoint, Manifest
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning.adoption import kept_revision
-from speculator_operator.planning.inputs import VerifierReason
+from speculator_operator.planning.inputs import AuditedReason, ServingReason, VerifierReason
 from speculator_operator.planning.pods import first_problem
 from speculator_operator.planning.tuning import applied
 from speculator_operator.render.serving import Inputs, RenderError, draft_of, num_speculative_tokens, render
@@ -112,10 +112,10 @@ def serving_status(
         if problem:
             out["reason"], out["problem"] = problem
     progressing = next((c for c in st.get("conditions") or [] if c.get("type") == "Progressing"), None)
-    if not done and progressing and progressing.get("reason") == "ProgressDeadlineExceeded":
+    if not done and progressing and progressing.get("reason") == ServingReason.PROGRESS_DEADLINE_EXCEEDED:
         # the Deployment controller gave up waiting (spec.progressDeadlineSeconds): its words, then the pod's
         said = str(progressing.get("message") or "ProgressDeadlineExceeded")
-        out["reason"] = "ProgressDeadlineExceeded"
+        out["reason"] = ServingReason.PROGRESS_DEADLINE_EXCEEDED.value
         out["problem"] = (said + (f"; {out['problem']}" if out.get("problem") else ""))[:1000]
     failure = next((c for c in st.get("conditions") or [] if c.get("type") == "ReplicaFailure"), None)
     if not done and failure and failure.get("status") == "True":
@@ -191,19 +191,19 @@ def plan(
         keep = obs.child is not None
         status = evolve(
             obs.status, gen,
-            make_condition(gen, "Audited", False, "AuditFailed", message),
+            make_condition(gen, "Audited", False, AuditedReason.FAILED, message),
             verifier_cond,
             draft_cond,
-            make_condition(gen, "Ready", False, "AuditFailed",
+            make_condition(gen, "Ready", False, AuditedReason.FAILED,
                            message + ("; the last good pair keeps serving" if keep else "")),
             phase="Degraded" if keep else "Failed",
             **common,
         )  # fmt: skip
-        return Plan(None, status, [("Warning", "AuditFailed", message)])
+        return Plan(None, status, [("Warning", AuditedReason.FAILED, message)])
     try:
         draft = draft_of(ck)
     except RenderError as exc:
-        return failed(obs, "AuditFailed", str(exc))
+        return failed(obs, AuditedReason.FAILED, str(exc))
     tuned = applied(spec, obs.status.tuning, draft.speculative_tokens)
     inputs = Inputs(
         name,
@@ -236,7 +236,7 @@ def plan(
     ready = serving["ready"]
     status = evolve(
         obs.status, gen,
-        make_condition(gen, "Audited", True, "AuditPassed",
+        make_condition(gen, "Audited", True, AuditedReason.PASSED,
               f"{_what(ck)} passed {len(report.findings)} finding(s) without errors" if report.findings
               else f"{_what(ck)} passed the audit"),
         verifier_cond,
@@ -312,7 +312,7 @@ def apply_failed(status: SpeculatorDeploymentStatus, generation: int, message: s
     """The status when the API server refused a child: not serving, with its words; retried."""
     return evolve(
         status, generation,
-        make_condition(generation, "Serving", False, "ApplyFailed", message),
-        make_condition(generation, "Ready", False, "ApplyFailed", message),
+        make_condition(generation, "Serving", False, ServingReason.APPLY_FAILED, message),
+        make_condition(generation, "Ready", False, ServingReason.APPLY_FAILED, message),
         phase="Degraded" if status.ready_replicas else "Deploying",
     )  # fmt: skip

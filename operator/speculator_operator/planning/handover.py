@@ -16,6 +16,7 @@ from typing import Any
 
 from speculator_operator.api.deployment import HandedOver, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.planning import Problem
+from speculator_operator.planning.inputs import AuditedReason
 from speculator_operator.planning.retrain import train_job_output
 
 # (completionTime, uri) of each succeeded train job that names a deployment, by job name
@@ -61,7 +62,9 @@ def take_offer(stj: dict[str, Any] | None, job: str, name: str, spec: Speculator
     """The hand-over of train job `job` (the stored object, None when it is gone) to deployment `name`, or why not:
     it must name this deployment, have succeeded with a published location, and train for the verifier served."""
     if stj is not None and (stj.get("spec") or {}).get("deployTo") != name:
-        return Problem("TrainJobMismatch", f"SpeculatorTrainJob {job!r} does not name {name!r} in spec.deployTo")
+        return Problem(
+            AuditedReason.TRAINJOB_MISMATCH, f"SpeculatorTrainJob {job!r} does not name {name!r} in spec.deployTo"
+        )
     found = train_job_output(stj, job, spec.verifier.model)
     if isinstance(found, Problem):
         return found

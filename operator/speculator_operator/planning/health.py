@@ -27,7 +27,8 @@ from typing import TypeVar
 from speculator_operator.api.common import conditions_of, evolve, make_condition, stored
 from speculator_operator.api.deployment import SpeculatorDeploymentStatus
 from speculator_operator.api.trainjob import SpeculatorTrainJobStatus
-from speculator_operator.planning.inputs import VerifierReason
+from speculator_operator.planning.inputs import AuditedReason, ServingReason, VerifierReason
+from speculator_operator.planning.pods import ImageReason
 
 
 class Health(StrEnum):
@@ -39,12 +40,10 @@ class Health(StrEnum):
 
 # A rollout's pod that cannot get its image, or a Deployment past its progressDeadlineSeconds: the kubelet and the
 # Deployment controller go on retrying, but nothing changes until the image or the spec does.
-STALLED_ROLLOUT = frozenset({
-    "ProgressDeadlineExceeded", "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-})  # fmt: skip
+STALLED_ROLLOUT = frozenset({ServingReason.PROGRESS_DEADLINE_EXCEEDED, *ImageReason})
 # The inputs of a SpeculatorDeployment that are wrong for good (the Audited condition's reasons): a train job that
 # failed, or trains for another verifier. An unreadable checkpoint or a train job still running is retried.
-STALLED_INPUTS = frozenset({"AuditFailed", "TrainJobFailed", "TrainJobMismatch"})
+STALLED_INPUTS = frozenset({AuditedReason.FAILED, AuditedReason.TRAINJOB_FAILED, AuditedReason.TRAINJOB_MISMATCH})
 
 
 @dataclass(frozen=True)
@@ -80,8 +79,9 @@ def deployment_verdict(status: SpeculatorDeploymentStatus) -> Verdict | None:
         if source is not None:
             return Verdict(Health.RECONCILING, source.reason, source.message)
         return Verdict(Health.RECONCILING, "Pending", "waiting for the first pass")
-    if phase == "Deploying" or (ready is not None and ready.reason == "ApplyFailed"):
-        source = ready if ready is not None and ready.reason == "ApplyFailed" else serving or ready
+    applying = ready is not None and ready.reason == ServingReason.APPLY_FAILED
+    if phase == "Deploying" or applying:
+        source = ready if applying else serving or ready
         if source is not None:
             return Verdict(Health.RECONCILING, source.reason, source.message)
     return None

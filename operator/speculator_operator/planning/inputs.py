@@ -28,6 +28,23 @@ class VerifierReason(StrEnum):
     RETRAIN_UNAVAILABLE = "RetrainUnavailable"
 
 
+class AuditedReason(StrEnum):
+    """Reasons of a SpeculatorDeployment's Audited condition that decisions read (planning/health.py)."""
+
+    PASSED = "AuditPassed"
+    FAILED = "AuditFailed"
+    TRAINJOB_PENDING = "TrainJobPending"
+    TRAINJOB_FAILED = "TrainJobFailed"
+    TRAINJOB_MISMATCH = "TrainJobMismatch"
+
+
+class ServingReason(StrEnum):
+    """Reasons of the Serving and Ready conditions that decisions read (planning/health.py)."""
+
+    APPLY_FAILED = "ApplyFailed"
+    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"  # the child Deployment's own reason
+
+
 def verifier_change(
     spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, resolved: str | None, generation: int
 ) -> tuple[InputAction, SpeculatorDeploymentStatus | None]:

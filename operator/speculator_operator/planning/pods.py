@@ -5,12 +5,23 @@ node can take."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
+
+
+class ImageReason(StrEnum):
+    """The kubelet's waiting reasons for an image it cannot get: nothing changes until the image or the spec does."""
+
+    ERR_IMAGE_PULL = "ErrImagePull"
+    IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
+    INVALID_IMAGE_NAME = "InvalidImageName"
+    ERR_IMAGE_NEVER_PULL = "ErrImageNeverPull"
+
 
 # waiting reasons that do not resolve themselves
 STUCK = frozenset({
-    "ErrImageNeverPull", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
-    "CreateContainerError", "CrashLoopBackOff", "RunContainerError", "PreCreateHookError",
+    *ImageReason, "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff", "RunContainerError",
+    "PreCreateHookError",
 })  # fmt: skip
 MAX_MESSAGE = 600
 

@@ -15,7 +15,7 @@ from speculator_operator.api.deployment import RetrainStatus, SpeculatorDeployme
 from speculator_operator.api.labels import RETRAINS_LABEL
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.planning import Problem
-from speculator_operator.planning.inputs import InputAction, VerifierReason
+from speculator_operator.planning.inputs import AuditedReason, InputAction, VerifierReason
 
 
 def retrain_name(name: str, revision: str, request: str | None = None) -> str:
@@ -82,19 +82,23 @@ def train_job_output(stj: dict[str, Any] | None, job: str, verifier_model: str) 
     """(checkpoint uri, credentials Secret) of the SpeculatorTrainJob `job` once it has succeeded (the stored
     object, None if it does not exist), or why it cannot be served yet."""
     if stj is None:
-        return Problem("TrainJobPending", f"SpeculatorTrainJob {job!r} does not exist (yet)")
+        return Problem(AuditedReason.TRAINJOB_PENDING, f"SpeculatorTrainJob {job!r} does not exist (yet)")
     spec, status = stj.get("spec") or {}, stj.get("status") or {}
     trained_for = (spec.get("verifier") or {}).get("model")
     if trained_for != verifier_model:
-        return Problem("TrainJobMismatch", f"SpeculatorTrainJob {job!r} trains for verifier {trained_for!r}, "
-                       f"this deployment serves {verifier_model!r}")  # fmt: skip
+        said = (
+            f"SpeculatorTrainJob {job!r} trains for verifier {trained_for!r}, this deployment serves {verifier_model!r}"
+        )
+        return Problem(AuditedReason.TRAINJOB_MISMATCH, said)
     phase = status.get("phase") or "Pending"
     if phase == "Failed":
-        return Problem("TrainJobFailed", f"SpeculatorTrainJob {job!r} failed at stage {status.get('stage')}")
+        return Problem(
+            AuditedReason.TRAINJOB_FAILED, f"SpeculatorTrainJob {job!r} failed at stage {status.get('stage')}"
+        )
     uri = (status.get("checkpoint") or {}).get("uri")
     if phase != "Succeeded" or not uri:
         stage = f" (stage {status['stage']})" if status.get("stage") else ""
-        return Problem("TrainJobPending", f"SpeculatorTrainJob {job!r} is {phase}{stage}")
+        return Problem(AuditedReason.TRAINJOB_PENDING, f"SpeculatorTrainJob {job!r} is {phase}{stage}")
     return uri, ((spec.get("output") or {}).get("credentials") or {}).get("name")
 
 
