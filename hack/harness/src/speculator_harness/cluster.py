@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speculator_harness import apiserver, controllers, etcd, kwok, network, s3, state
+from speculator_harness import apiserver, controllers, etcd, kwok, lws, network, s3, state
 from speculator_harness import node as realnode
 from speculator_harness.apiserver import SERVICE_CIDR, Api, write_kubeconfig
 from speculator_harness.kubelet import NODE_NAME
@@ -182,6 +182,18 @@ class LocalCluster(Supervisor):
         )
         self._record_state(self.info)
         return self.info
+
+    def install_lws(self) -> None:
+        """LeaderWorkerSet's CRDs, controller and webhooks into this running cluster (lws.py); a second call finds
+        them there."""
+        assert self.api is not None, "start() first"
+        if "lws-manager" in self.processes:
+            return
+        lws.install(self, self.api, self.kubeconfig, self.workdir / "pki")
+        if self.info is not None:
+            self.info.pids["lws-manager"] = self.processes["lws-manager"].pid
+            self.info.ports = dict(self.ports)
+            self._record_state(self.info)
 
     def start_s3_only(self) -> S3Info:
         """Just the S3 server (benchmarks and tools that need no Kubernetes); stop() ends it."""

@@ -129,3 +129,34 @@ def write_pki(directory: Path, server_ips: tuple[str, ...] = (), node: str | Non
         path.chmod(0o600)
         paths[name] = path
     return paths
+
+
+def write_serving_cert(pki: Path, directory: Path, ips: tuple[str, ...], cn: str) -> tuple[Path, Path]:
+    """A serving certificate for `ips`, signed by the CA in `pki` (ca.crt/ca.key), written as tls.crt/tls.key in
+    `directory` (the names controller-runtime's webhook server reads): for a component on this machine that the
+    API server dials by address, such as the LeaderWorkerSet webhooks."""
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    key = _key()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=3650))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    crt, pem = directory / "tls.crt", directory / "tls.key"
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pem.write_bytes(_pem_key(key))
+    pem.chmod(0o600)
+    return crt, pem
