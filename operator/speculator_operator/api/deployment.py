@@ -7,12 +7,13 @@ from typing import Any, Literal
 from pydantic import Field
 
 from speculator_operator.api.common import Condition, Model, SecretRef
+from speculator_operator.api.parallelism import PARALLEL_FLAGS, Layout, Parallelism, layout, layout_rules
 
 # Flags the operator renders itself; extraArgs may not touch them (the CRD's CEL rule says the same).
 OWNED_FLAGS = (
     "--model", "--served-model-name", "--speculative-config", "-sc", "--spec-method", "--spec-model",
     "--spec-tokens", "--tensor-parallel-size", "-tp", "--port", "--host", "--shutdown-timeout",
-    "--max-num-seqs", "--quantization", "-q", "--revision", "--tokenizer",
+    "--max-num-seqs", "--quantization", "-q", "--revision", "--tokenizer", *PARALLEL_FLAGS,
 )  # fmt: skip
 
 
@@ -155,7 +156,14 @@ class Serving(Model):
     """How vLLM serves the pair."""
 
     replicas: int = Field(default=1, ge=0, le=1024)
-    tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="GPUs per replica (target TP).")
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, le=64, description="Tensor-parallel size of the verifier (the same as parallelism.tensor)."
+    )
+    parallelism: Parallelism | None = Field(
+        default=None,
+        description="Pipeline, data and node counts per replica (and tensor, as tensorParallelSize). One node by "
+        "default; nodes above 1 serve each replica as one LeaderWorkerSet group.",
+    )
     num_speculative_tokens: int | Literal["auto"] = Field(
         default="auto",
         description="K, drafted tokens per step (1..64), or auto: the checkpoint's own speculative_tokens.",
@@ -175,7 +183,9 @@ class Serving(Model):
         default=None, max_length=253, description="Name clients use; default: the resource name."
     )
     resources: dict[str, dict[str, int | str]] | None = Field(
-        default=None, description="Container resources (limits/requests); GPUs default to tensorParallelSize."
+        default=None,
+        description="Container resources (limits/requests) of each pod; GPUs default to the pod's share of the "
+        "layout: tensor × pipeline × data / nodes.",
     )
     node_selector: dict[str, str] | None = None
     tolerations: list[dict[str, Any]] | None = Field(
@@ -211,6 +221,10 @@ class Serving(Model):
         description="More environment variables for vLLM (name/value or valueFrom), e.g. VLLM_CPU_KVCACHE_SPACE.",
         json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
     )
+
+    @property
+    def layout(self) -> Layout:
+        return layout(self.parallelism, self.tensor_parallel_size)
 
 
 class UpgradePolicy(Model):
@@ -255,7 +269,10 @@ class SpeculatorDeploymentSpec(Model):
     )
     release: str | None = Field(default=None, max_length=64, description="Pinned release; default: the default one.")
     # `default: {}` lets the API server fill in the nested defaults when the block is left out
-    serving: Serving = Field(default_factory=Serving, json_schema_extra={"default": {}})
+    serving: Serving = Field(
+        default_factory=Serving,
+        json_schema_extra={"default": {}, "x-kubernetes-validations": layout_rules("serving")},
+    )
     upgrade_policy: UpgradePolicy = Field(default_factory=UpgradePolicy, json_schema_extra={"default": {}})
     audit: AuditPolicy = Field(default_factory=AuditPolicy, json_schema_extra={"default": {}})
 

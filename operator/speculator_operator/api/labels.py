@@ -17,6 +17,10 @@ TRAINJOB_LABEL = "speculators.dev/trainjob"  # children of a SpeculatorTrainJob:
 STAGE_LABEL = "speculators.dev/stage"  # a train job's child: its stage (or server role)
 REVISION_LABEL = "speculators.dev/revision"  # serving pods: the coherent revision (label and annotation)
 RETRAINS_LABEL = "speculators.dev/retrains"  # a train job a deployment started: the deployment's name
+ROLE_LABEL = "speculators.dev/role"  # a multi-node server's pods: leader (API server, /metrics) or worker (headless)
+# set by the LeaderWorkerSet controller on its pods (sigs.k8s.io/lws api/leaderworkerset/v1)
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"  # 0: the leader
 DRAFT_ANNOTATION = "speculators.dev/draft-location"  # serving pods: the exact draft location read
 APPLIED_ANNOTATION = "speculators.dev/applied-hash"  # any child: the hash of its rendered form as last applied
 # one-shot requests on a SpeculatorDeployment, set by a user or an Argo CD resource action and never written by the

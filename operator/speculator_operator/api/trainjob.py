@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field
 
 from speculator_operator.api.common import Condition, Model, SecretRef
 from speculator_operator.api.deployment import OWNED_FLAGS, AuditSummary, Verifier, extra_args_schema
+from speculator_operator.api.parallelism import Layout, Parallelism, layout, layout_rules
 from speculator_operator.domain.algorithms import CONVERTIBLE, DFLASH_TRAINABLE
 from speculator_operator.domain.algorithms import Algorithm as Algo
 
@@ -211,7 +212,12 @@ class HiddenStates(Model):
     backend: Literal["file", "fp8", "mooncake"] = Field(default="file", description="hs-connectors backend.")
     mooncake_master: str | None = Field(default=None, max_length=253, description="host:port of mooncake_master.")
     replicas: int = Field(default=1, ge=1, le=256, description="Extraction servers (offline: one data rank each).")
-    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="The same as parallelism.tensor.")
+    parallelism: Parallelism | None = Field(
+        default=None,
+        description="Pipeline, data and node counts of each extraction server (and tensor, as tensorParallelSize). "
+        "Nodes above 1 run each server as one LeaderWorkerSet group, for verifiers larger than one node.",
+    )
     concurrency: int = Field(default=32, ge=1, le=4096)
     extra_args: list[str] = Field(
         default_factory=list,
@@ -220,6 +226,10 @@ class HiddenStates(Model):
         "flags the operator owns are refused.",
         json_schema_extra=extra_args_schema(SERVER_OWNED_FLAGS),
     )
+
+    @property
+    def layout(self) -> Layout:
+        return layout(self.parallelism, self.tensor_parallel_size)
 
 
 class Training(Model):
@@ -433,7 +443,14 @@ class SpeculatorTrainJobSpec(Model):
     convert: Convert | None = Field(default=None, json_schema_extra=_immutable("convert"))
     draft: Draft = Field(default_factory=Draft, json_schema_extra={"default": {}, **_immutable("draft")})
     hidden_states: HiddenStates = Field(
-        default_factory=HiddenStates, json_schema_extra={"default": {}, **_immutable("hiddenStates")}
+        default_factory=HiddenStates,
+        json_schema_extra={
+            "default": {},
+            "x-kubernetes-validations": [
+                *_immutable("hiddenStates")["x-kubernetes-validations"],
+                *layout_rules("hiddenStates"),
+            ],
+        },
     )
     training: Training = Field(default_factory=Training, json_schema_extra={"default": {}, **_immutable("training")})
     workspace: Workspace = Field(

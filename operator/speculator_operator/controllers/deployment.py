@@ -6,6 +6,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, cast
 
 import kopf
@@ -36,6 +37,7 @@ from speculator_operator.planning.deployment import (
     needs_pods,
     plan,
     refresh_serving,
+    retire,
 )
 from speculator_operator.planning.handover import offer_due, offer_of, served, take_offer
 from speculator_operator.planning.health import deployment_health
@@ -53,6 +55,8 @@ from speculator_operator.planning.retrain import (
     train_job_output,
 )
 from speculator_operator.planning.watched import pods_agree
+from speculator_operator.render import group
+from speculator_operator.render.serving import workload_kind, workload_name
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.runtime.controller import HOOKS, PassStatus
@@ -72,6 +76,7 @@ from speculator_operator.runtime.workqueue import DONE, Result
 PLURAL = "speculatordeployments"
 TRAIN_JOBS = "speculatortrainjobs"
 POLL_TICK_SECONDS = float(os.environ.get("SPECULATOR_POLL_TICK_SECONDS", "10"))
+GROUP_POLL_SECONDS = float(os.environ.get("SPECULATOR_GROUP_POLL_SECONDS", "5"))
 log = logging.getLogger(__name__)
 
 
@@ -97,10 +102,33 @@ def _draft_location(
     return spec.speculator.source or "", secret, False
 
 
+def workload(namespace: str, name: str, spec: SpeculatorDeploymentSpec) -> tuple[dict[str, Any] | None, bool]:
+    """The workload that serves `spec`'s layout (a Deployment, or a LeaderWorkerSet for a multi-node one), and whether
+    its API is served (a Deployment's always is; a LeaderWorkerSet's only where its CRD is installed)."""
+    layout = spec.serving.layout
+    if layout.multi_node and not kube.api_served(group.API_VERSION):
+        return None, False
+    api_version, kind = workload_kind(layout)
+    return current_child(namespace, workload_name(name, layout), api_version, kind), True
+
+
+def other_workload(namespace: str, name: str, spec: SpeculatorDeploymentSpec) -> dict[str, Any] | None:
+    """The workload of the other kind, left from before a layout change (None where there is none): for a
+    multi-node spec the Deployment; for one node the LeaderWorkerSet, looked for only where its API is served."""
+    layout = spec.serving.layout
+    if layout.multi_node:
+        return current_child(namespace, name)
+    if not kube.api_served(group.API_VERSION):
+        return None
+    return current_child(namespace, workload_name(name, replace(layout, nodes=2)), group.API_VERSION, group.KIND)
+
+
 def _observe_inputs(
     name: str, namespace: str, spec: SpeculatorDeploymentSpec, generation: int, status: SpeculatorDeploymentStatus
 ) -> Observed:
-    obs = Observed(generation=generation, status=status, child=current_child(namespace, name))
+    child, served = workload(namespace, name, spec)
+    obs = Observed(generation=generation, status=status, child=child, lws_served=served)
+    obs.other = other_workload(namespace, name, spec)
     if obs.child is not None and needs_pods(status):
         obs.pods = deployment_pods(namespace, name)
     located = _draft_location(spec, namespace, status)
@@ -193,7 +221,9 @@ class _Pass:
         else:
             obs = _observe_inputs(self.name, self.namespace, parsed[0], self.generation, current)
             p = plan(self.name, self.namespace, self.uid, parsed[0], parsed[1], obs)
-            known[("Deployment", self.name)] = obs.child  # read by this pass: not read again to apply
+            layout = parsed[0].serving.layout
+            # read by this pass: not read again to apply
+            known[(workload_kind(layout)[1], workload_name(self.name, layout))] = obs.child
         p.status = adopt_retrain(current, p.status)
         self.status.set(p.status, cause)
         self.reconciled = p
@@ -216,6 +246,8 @@ class _Pass:
             if said:
                 log.info("%s/%s: %s; restored", self.namespace, self.name, said)
                 self.events.append(("Normal", "ChildRestored", f"{said}; restored"))
+            for api_version, kind, name in p.prune:
+                kube.delete_object(api_version, kind, self.namespace, name)
         self.events.extend(p.events)
         return p
 
@@ -278,14 +310,26 @@ class _Pass:
         words: a stuck pod's problem; once rolled out, the image the kubelet runs). The child and pods that a
         watch's event showed are used when held (the pods only when they agree with the child), else read."""
         current, seen = self.status.status, self.seen
-        child = seen.child if seen is not None and seen.child is not None else None
+        multi_node = parsed.serving.layout.multi_node
+        # the watches hold Deployments only: a LeaderWorkerSet is read (its API may be missing: nothing to refresh)
+        child = seen.child if seen is not None and seen.child is not None and not multi_node else None
         if child is None:
-            child = current_child(self.namespace, self.name)
+            child, served = workload(self.namespace, self.name, parsed)
+            if not served:
+                return
         pods = None
         if needs_pods(current):
             agree = seen is not None and pods_agree(child, seen.pods)
             pods = seen.pods if seen is not None and agree else deployment_pods(self.namespace, self.name)
-        self.status.set(refresh_serving(parsed, current, child, self.generation, pods), cause)
+        new = refresh_serving(parsed, current, child, self.generation, pods)
+        self.status.set(new, cause)
+        if new.phase == "Ready" and current.phase != "Ready":
+            # a layout change is done when the new workload is ready: the one of the other kind goes
+            other = other_workload(self.namespace, self.name, parsed)
+            if other is not None:
+                (api_version, kind, name), event = retire(other, new.revision, parsed)
+                kube.delete_object(api_version, kind, self.namespace, name)
+                self.events.append(event)
 
     def retrain_now(self, parsed: SpeculatorDeploymentSpec, request: str) -> None:
         """A retrain request (planning/requests.py): a train job from upgradePolicy.trainTemplate for the verifier
@@ -381,6 +425,9 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     if one.retry or (one.reconciled is not None and one.status.status.phase == "Pending"):
         # an input could not be read, or the apply failed: again later (the status says which and why)
         return Result(after=RETRY_SECONDS, cause=Cause.RETRY)
+    if parsed is not None and parsed.serving.layout.multi_node and one.status.status.phase == "Deploying":
+        # no watch follows LeaderWorkerSets (their API may come and go): a rolling group is read again soon
+        return Result(after=GROUP_POLL_SECONDS, cause=Cause.CHILD)
     return DONE
 
 

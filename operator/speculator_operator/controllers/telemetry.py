@@ -37,7 +37,7 @@ from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.planning import Problem, parse_spec
 from speculator_operator.planning.passes import Cause
 from speculator_operator.planning.tuning import blocked, plan_tuning
-from speculator_operator.planning.watched import ready, scrape_target
+from speculator_operator.planning.watched import ready, scrape_target, scraped
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.telemetry.acceptance import (
@@ -236,7 +236,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
             _windows[uid] = (window, since)
         refilling = time.monotonic() - since < tuning.window_seconds
         found: Any = _pods.get((namespace, name), []) if _pods is not None else []
-        targets = [scrape_target(p) for p in found if ready(p)]
+        targets = [scrape_target(p) for p in found if ready(p) and scraped(p)]
         now = time.monotonic()
         ready_since = _ready_since.setdefault(uid, now) if targets else _ready_since.pop(uid, None)
         if not first_measure_due(current, bool(targets), ready_since, now, SCRAPE_INTERVAL):

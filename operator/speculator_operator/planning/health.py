@@ -44,6 +44,9 @@ STALLED_ROLLOUT = frozenset({ServingReason.PROGRESS_DEADLINE_EXCEEDED, *ImageRea
 # The inputs of a SpeculatorDeployment that are wrong for good (the Audited condition's reasons): a train job that
 # failed, or trains for another verifier. An unreadable checkpoint or a train job still running is retried.
 STALLED_INPUTS = frozenset({AuditedReason.FAILED, AuditedReason.TRAINJOB_FAILED, AuditedReason.TRAINJOB_MISMATCH})
+# A layout nothing here can serve until the spec or the cluster changes: the release refuses it, or the cluster has no
+# LeaderWorkerSet API (also while an earlier single-node pair keeps serving).
+STALLED_LAYOUT = frozenset({ServingReason.LWS_UNAVAILABLE, ServingReason.LAYOUT_UNSUPPORTED})
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ def deployment_verdict(status: SpeculatorDeploymentStatus) -> Verdict | None:
     ready, audited = conds.get("Ready"), conds.get("Audited")
     verifier, serving = conds.get("VerifierCurrent"), conds.get("Serving")
     phase = status.phase
+    if ready is not None and ready.status != "True" and ready.reason in STALLED_LAYOUT:
+        return Verdict(Health.STALLED, ready.reason, ready.message)
     if phase == "Failed" and ready is not None:  # InvalidSpec, ReleaseUnsupported, AuditFailed, TrainJob*
         reason = audited.reason if audited is not None and audited.reason in STALLED_INPUTS else ready.reason
         return Verdict(Health.STALLED, reason, ready.message)
@@ -97,7 +102,7 @@ def trainjob_verdict(status: SpeculatorTrainJobStatus) -> Verdict | None:
         return Verdict(Health.STALLED, failed.reason, failed.message)
     if status.phase == "Succeeded":
         return None
-    if failed is not None and failed.status == "False" and failed.reason in STALLED_ROLLOUT:
+    if failed is not None and failed.status == "False" and failed.reason in STALLED_ROLLOUT | STALLED_LAYOUT:
         return Verdict(Health.STALLED, failed.reason, failed.message)  # a stage's pod cannot get its image
     started = any(s.start_time for s in status.stages)
     if status.phase in (None, "Pending") or not started:

@@ -43,6 +43,8 @@ class ServingReason(StrEnum):
 
     APPLY_FAILED = "ApplyFailed"
     PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"  # the child Deployment's own reason
+    LWS_UNAVAILABLE = "LeaderWorkerSetUnavailable"  # a multi-node layout where the cluster serves no LeaderWorkerSet
+    LAYOUT_UNSUPPORTED = "LayoutUnsupported"  # a parallel layout the release cannot serve with this draft
 
 
 def verifier_change(

@@ -8,6 +8,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from speculator_operator.api.podcontract import ExitCode
+
 
 class ImageReason(StrEnum):
     """The kubelet's waiting reasons for an image it cannot get: nothing changes until the image or the spec does."""
@@ -24,6 +26,7 @@ STUCK = frozenset({
     "PreCreateHookError",
 })  # fmt: skip
 MAX_MESSAGE = 600
+START_REFUSED = "StartRefused"  # a container exited with ExitCode.USAGE and said why (its termination message)
 
 
 def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,6 +54,11 @@ def pod_problem(pod: dict[str, Any]) -> tuple[str, str] | None:
                 message += f" (last: {terminated_words(last)})"
             return str(reason), message[:MAX_MESSAGE]
         term = (cs.get("state") or {}).get("terminated") or {}
+        if term.get("exitCode") == ExitCode.USAGE and term.get("message"):
+            # the entrypoint refused to start (a group variable missing, an unreadable input): its own words; a group
+            # that restarts as a unit recreates the pod before the kubelet ever says CrashLoopBackOff
+            said = f"pod {name}, container {cs.get('name')}: {term['message']}"
+            return START_REFUSED, said[:MAX_MESSAGE]
         if term.get("reason") == "OOMKilled":
             return "OOMKilled", f"pod {name}, container {cs.get('name')}: {terminated_words(term)}"[:MAX_MESSAGE]
     for cond in (pod.get("status") or {}).get("conditions") or []:

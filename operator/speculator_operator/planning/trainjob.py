@@ -38,8 +38,10 @@ from speculator_operator.api.trainjob import Retention, SpeculatorTrainJobSpec, 
 from speculator_operator.domain.algorithms import MTP_COUNT_KEY, Algorithm
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import progress
+from speculator_operator.planning.inputs import ServingReason
 from speculator_operator.planning.retention import retention_due
-from speculator_operator.render.serving import RenderError
+from speculator_operator.render import group
+from speculator_operator.render.serving import GROUP_SUFFIX, RenderError
 from speculator_operator.render.training import (
     SERVER_ROLES,
     Inputs,
@@ -71,7 +73,8 @@ class Observed:
     failures: dict[str, str] = field(default_factory=dict)  # stage -> the last failed pod's message (log tail)
     failed_reports: dict[str, StageReport] = field(default_factory=dict)  # stage -> the report that pod left
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)  # stage -> a stuck pod's (reason, message)
-    servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> Deployment
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> Deployment or LeaderWorkerSet
+    lws_served: bool = True  # whether the API server serves LeaderWorkerSets (a multi-node hiddenStates layout)
     images: dict[str, str] = field(default_factory=dict)  # stage -> the imageID its succeeded pod ran
     at: datetime | None = None  # now (tests set it)
 
@@ -90,10 +93,15 @@ class Plan:
 
 
 def _stop_servers(obs: Observed) -> list[tuple[str, str, str]]:
+    """A server's workload (a Deployment, or a LeaderWorkerSet group whose Service has the name without -group)
+    and its Service."""
     out = []
     for role, dep in obs.servers.items():
         name = (dep.get("metadata") or {}).get("name") or role
-        out += [("apps/v1", "Deployment", name), ("v1", "Service", name)]
+        if dep.get("kind") == group.KIND:
+            out += [(group.API_VERSION, group.KIND, name), ("v1", "Service", name.removesuffix(GROUP_SUFFIX))]
+        else:
+            out += [("apps/v1", "Deployment", name), ("v1", "Service", name)]
     return out
 
 
@@ -130,7 +138,9 @@ def server_available(dep: dict[str, Any] | None) -> bool:
         return False
     want = (dep.get("spec") or {}).get("replicas", 1)
     st = dep.get("status") or {}
-    return (st.get("availableReplicas") or 0) >= max(1, want) and (st.get("observedGeneration") or 0) >= (
+    # a LeaderWorkerSet counts ready groups (it has no availableReplicas)
+    available = st.get("readyReplicas") if dep.get("kind") == group.KIND else st.get("availableReplicas")
+    return (available or 0) >= max(1, want) and (st.get("observedGeneration") or 0) >= (
         (dep.get("metadata") or {}).get("generation") or 0
     )
 
@@ -283,7 +293,11 @@ def plan(
         Observed(gen, SpeculatorTrainJobStatus(), servers={role: dep}))]  # fmt: skip
     ready_reason, message = "Running", f"stage {current.name} running"
     exists = obs.jobs.get(current.name) is not None
-    if current.server:
+    if current.server and spec.hidden_states.layout.multi_node and not obs.lws_served:
+        ready_reason = ServingReason.LWS_UNAVAILABLE.value
+        message = (f"stage {current.name}'s vLLM server spans {spec.hidden_states.layout.nodes} nodes, which needs the "
+                   f"LeaderWorkerSet API; {group.INSTALL_HINT}")  # fmt: skip
+    elif current.server:
         apply += server(inputs, current.server)
         late = _server_late(spec, obs, current) or _still_late(obs, current, exists)
         if late:

@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from speculator_operator.api.labels import REVISION_LABEL
+from speculator_operator.api.labels import REVISION_LABEL, ROLE_LABEL
+from speculator_operator.render.group import WORKER
 
 
 class ServingInputs(NamedTuple):
@@ -69,7 +70,7 @@ def trimmed_child(child: Mapping[str, Any]) -> dict[str, Any]:
 
 _CONTAINER_STATUS = ("name", "ready", "image", "imageID")
 # what planning/pods.py reads of a container's state and last state, and of a pod's condition: no timestamps
-_STATE = {"waiting": ("reason", "message"), "terminated": ("reason", "exitCode")}
+_STATE = {"waiting": ("reason", "message"), "terminated": ("reason", "exitCode", "message")}
 _CONDITION = ("type", "status", "reason", "message")
 
 
@@ -100,9 +101,10 @@ def trimmed_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec") or {}
     st = pod.get("status") or {}
     kept_meta: dict[str, Any] = {"name": meta.get("name")}
-    revision = (meta.get("labels") or {}).get(REVISION_LABEL)
-    if revision is not None:
-        kept_meta["labels"] = {REVISION_LABEL: revision}
+    labels = meta.get("labels") or {}
+    kept_labels = {k: labels[k] for k in (REVISION_LABEL, ROLE_LABEL) if k in labels}
+    if kept_labels:
+        kept_meta["labels"] = kept_labels
     if meta.get("deletionTimestamp"):
         kept_meta["deletionTimestamp"] = meta["deletionTimestamp"]
     status: dict[str, Any] = {
@@ -142,6 +144,12 @@ def scrape_target(pod: Mapping[str, Any]) -> dict[str, Any]:
         "port": port,
         "revision": (meta.get("labels") or {}).get(REVISION_LABEL),
     }
+
+
+def scraped(pod: Mapping[str, Any]) -> bool:
+    """Whether the acceptance scrape dials this pod: every serving pod but a group's headless workers (the leader
+    serves /metrics for the whole engine)."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL) != WORKER
 
 
 def ready(pod: Mapping[str, Any]) -> bool:

@@ -10,11 +10,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
+from speculator_operator.api.podcontract import REPORT_LIMIT, REPORT_PATH_DEFAULT, ExitCode
 from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_checkpoint, read_verifier
 from speculator_operator.domain.releases import get_release
 from speculator_operator.render.serving import RenderError, draft_config, draft_of
@@ -39,8 +42,35 @@ def vllm_argv(args: list[str]) -> list[str]:
     raise ValueError(f"{LAUNCHER_ENV} must be cli or api-server, got {launcher!r}")
 
 
+def unexpanded(args: list[str]) -> str | None:
+    """Why a rank of a LeaderWorkerSet group cannot start: a `$(LWS_...)` reference the kubelet left as it was,
+    because the LeaderWorkerSet pod webhook did not inject the variable (the controller or its webhook is not
+    installed, or the pod was made outside a group); None when every reference was expanded."""
+    left = sorted({m for a in args for m in re.findall(r"\$\((LWS_[A-Z_]+)\)", a)})
+    if not left:
+        return None
+    return (f"{', '.join(left)} not set: the LeaderWorkerSet pod webhook did not run for this pod (is the "
+            "LeaderWorkerSet controller installed with its webhooks?); not starting vLLM with a literal "
+            f"$({left[0]}) for a rank or an address")  # fmt: skip
+
+
+def refuse_unexpanded(args: list[str]) -> int | None:
+    """Print and record (the termination message the kubelet shows) why the group variables are missing, and return
+    the exit code; None when nothing is missing."""
+    why = unexpanded(args)
+    if why is None:
+        return None
+    print(f"serve: {why}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):
+        Path(REPORT_PATH_DEFAULT).write_text(why[:REPORT_LIMIT])
+    return int(ExitCode.USAGE)
+
+
 def exec_vllm(args: list[str]) -> int:
     """Exec vLLM with exactly these arguments (the train job's plain and extraction servers)."""
+    refused = refuse_unexpanded(args)
+    if refused is not None:
+        return refused
     argv = vllm_argv(args)
     print(f"vllm: exec {' '.join(argv)}", file=sys.stderr, flush=True)
     os.execvp(argv[0], argv)  # noqa: S606 - replacing this process with vLLM is the point
@@ -60,6 +90,9 @@ def serve(
     """Audit the draft where vLLM reads it, then exec vLLM. With `speculate` (a train job's evaluation
     server) `draft` is the run's checkpoint folder (its best or last epoch is taken) and the long-form
     speculative config the audited checkpoint calls for is added: its method, and K (`k`, else its own)."""
+    refused = refuse_unexpanded(args)
+    if refused is not None:
+        return refused
     release = get_release(release_name)
     if speculate:
         try:

@@ -25,12 +25,15 @@ from speculator_operator.api.labels import (
     MANAGED_BY_LABEL,
     NAME_LABEL,
     REVISION_LABEL,
+    ROLE_LABEL,
 )
+from speculator_operator.api.parallelism import Layout
 from speculator_operator.domain.algorithms import MTP_METHOD, SERVED_AS_DRAFT, Algorithm
 from speculator_operator.domain.checkpoint.manifest import Kind, Manifest
 from speculator_operator.domain.checkpoint.model import Checkpoint
 from speculator_operator.domain.economics import schedule_from_cutoff
 from speculator_operator.domain.releases import Release, Version, has_per_batch_size_schedule, pinned, supports
+from speculator_operator.render import group
 
 PORT = 8000
 DRAFT_DIR = "/models/draft"
@@ -54,7 +57,16 @@ METHOD = SERVED_AS_DRAFT  # speculators_model_type -> vLLM method (the algorithm
 
 
 class RenderError(ValueError):
-    """The spec cannot be served as asked; the message says why."""
+    """The spec cannot be served as asked; the message says why, `reason` is the condition's reason."""
+
+    def __init__(self, message: str, reason: str = "InvalidSpec") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+LAYOUT_UNSUPPORTED = "LayoutUnsupported"  # a parallel layout the release cannot serve (planning.inputs.ServingReason)
+GROUP_SUFFIX = "-group"  # a LeaderWorkerSet's name: its owner's, with this (workload_name)
+SCHEDULE_OFF = "ScheduleOff"  # data parallelism > 1: vLLM serves a static K (docs/reference/parallelism.md)
 
 
 @dataclass(frozen=True)
@@ -155,6 +167,13 @@ def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any] 
     notes: list[tuple[str, str]] = []
     cutoff = inputs.spec.serving.cutoff
     tuned_schedule = inputs.tuned.schedule if inputs.tuned is not None and cutoff is None else None
+    data = inputs.spec.serving.layout.data
+    if data > 1 and not inputs.release.parallel.schedule_under_data_parallel and (cutoff or tuned_schedule):
+        # vLLM drops the schedule with a warning (DP ranks could pick different K and deadlock): say so, render none
+        said = (f"data parallelism {data}: vLLM {vllm} ignores num_speculative_tokens_per_batch_size under data "
+                f"parallelism and serves K={k} at every batch size; no schedule is rendered")  # fmt: skip
+        notes.append((SCHEDULE_OFF, said))
+        return config, notes
     if tuned_schedule and has_per_batch_size_schedule(vllm):
         config["num_speculative_tokens_per_batch_size"] = [list(r) for r in tuned_schedule]
     elif cutoff is not None:
@@ -218,7 +237,8 @@ def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any] | None, list[tu
         "--served-model-name", spec.serving.served_model_name or inputs.name,
         "--host", "0.0.0.0",  # noqa: S104 - inside the pod; the Service is the way in
         "--port", str(PORT),
-        "--tensor-parallel-size", str(spec.serving.tensor_parallel_size),
+        "--tensor-parallel-size", str(spec.serving.layout.tensor),
+        *parallel_args(spec.serving.layout),
         "--max-num-seqs", str(spec.serving.max_num_seqs),
         "--shutdown-timeout", str(spec.serving.shutdown_timeout_seconds),
     ]  # fmt: skip
@@ -227,6 +247,16 @@ def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any] | None, list[tu
     if spec.verifier.quantization:
         args += ["--quantization", spec.verifier.quantization]
     return [*args, *spec.serving.extra_args], config, notes
+
+
+def parallel_args(layout: Layout) -> list[str]:
+    """The pipeline and data sizes beyond one (nothing for the one-GPU-group default: its command stays as it was)."""
+    args = []
+    if layout.pipeline > 1:
+        args += ["--pipeline-parallel-size", str(layout.pipeline)]
+    if layout.data > 1:
+        args += ["--data-parallel-size", str(layout.data)]
+    return args
 
 
 def _revision_payload(inputs: Inputs, args: list[str]) -> dict[str, Any]:
@@ -290,11 +320,16 @@ def render(inputs: Inputs) -> Rendered:
     spec, name = inputs.spec, inputs.name
     if name == "vllm":
         raise RenderError("a SpeculatorDeployment may not be named vllm (its Service would inject VLLM_PORT)")
+    lay = spec.serving.layout
+    refusal = inputs.release.parallel.refusal(inputs.release.name, lay, inputs.draft.algorithm)
+    if refusal:
+        raise RenderError(refusal, LAYOUT_UNSUPPORTED)
     args, config, notes = vllm_args(inputs)
+    # a group's launch arguments are part of what must move together (one node adds none: its revision is as before)
+    args = [*args, *group.group_args(lay, group.LEADER)]
     revision = inputs.keep_revision or revision_hash(inputs, args)
-    tp = spec.serving.tensor_parallel_size
     resources = {k: dict(v) for k, v in (spec.serving.resources or {}).items()}
-    resources.setdefault("limits", {}).setdefault(GPU, tp)
+    resources.setdefault("limits", {}).setdefault(GPU, lay.gpus_per_pod)
     resources.setdefault("requests", {}).setdefault(GPU, resources["limits"][GPU])
     init = []
     volumes: list[dict[str, Any]] = [
@@ -376,12 +411,52 @@ def render(inputs: Inputs) -> Rendered:
         del pod["initContainers"]
     if spec.serving.node_selector:
         pod["nodeSelector"] = dict(spec.serving.node_selector)
-    deployment = {
+    selector = labels(name)
+    if lay.multi_node:
+        # one group per replica; the Service and the scrape reach the leaders only (the API server, /metrics)
+        meta = {**_meta(inputs, workload_name(name, lay)), "annotations": {REVISION_LABEL: revision}}
+        workload = group.leader_worker_set(
+            meta, {"labels": pod_labels, "annotations": pod_annotations}, pod, lay, spec.serving.replicas
+        )
+        selector = {**selector, ROLE_LABEL: group.LEADER}
+    else:
+        workload = _deployment(inputs, revision, pod_labels, pod_annotations, pod)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(inputs, name),
+        "spec": {"selector": selector, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]},
+    }
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(inputs, name),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels(name)}},
+    }
+    return Rendered([workload, service, pdb], args, config, revision, notes)
+
+
+def workload_name(name: str, layout: Layout) -> str:
+    """The serving workload's name: the deployment's own for a Deployment; for a LeaderWorkerSet a name of its own,
+    since the LeaderWorkerSet controller makes a headless Service of that name (the client Service keeps `name`)."""
+    return f"{name}{GROUP_SUFFIX}" if layout.multi_node else name
+
+
+def workload_kind(layout: Layout) -> tuple[str, str]:
+    """(apiVersion, kind) of the workload that serves `layout`."""
+    return (group.API_VERSION, group.KIND) if layout.multi_node else ("apps/v1", "Deployment")
+
+
+def _deployment(
+    inputs: Inputs, revision: str, pod_labels: dict[str, str], pod_annotations: dict[str, str], pod: dict[str, Any]
+) -> dict[str, Any]:
+    name = inputs.name
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {**_meta(inputs, name), "annotations": {REVISION_LABEL: revision}},
         "spec": {
-            "replicas": spec.serving.replicas,
+            "replicas": inputs.spec.serving.replicas,
             "selector": {"matchLabels": labels(name)},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
@@ -390,16 +465,3 @@ def render(inputs: Inputs) -> Rendered:
             },
         },
     }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(inputs, name),
-        "spec": {"selector": labels(name), "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]},
-    }
-    pdb = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": _meta(inputs, name),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels(name)}},
-    }
-    return Rendered([deployment, service, pdb], args, config, revision, notes)

@@ -9,6 +9,7 @@ import hashlib
 import ipaddress
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -110,6 +111,26 @@ def resource_for(api_version: str, kind: str) -> Resource:
         return cast(Resource, _dynamic().resources.get(api_version=api_version, kind=kind))
 
 
+_served: dict[str, float] = {}  # group/version -> when discovery last said it is not served (math.inf: it is)
+NOT_SERVED_SECONDS = 5.0  # how long "not served" is believed before discovery is asked again
+
+
+def api_served(group_version: str) -> bool:
+    """Whether the API server serves `group/version`, from discovery (which every authenticated user may read: no
+    right on CRDs is needed). Once served, believed for the process's life; "not served" is asked again after a few
+    seconds, so that an API installed later (the LeaderWorkerSet CRD) is found by the next pass that needs it."""
+    seen = _served.get(group_version)
+    if seen == math.inf:
+        return True
+    if seen is not None and time.monotonic() - seen < NOT_SERVED_SECONDS:
+        return False
+    group, _, version = group_version.partition("/")
+    found = client.ApisApi(api()).get_api_versions()
+    served = any(g.name == group and any(v.version == version for v in g.versions) for g in found.groups)
+    _served[group_version] = math.inf if served else time.monotonic()
+    return served
+
+
 @functools.cache
 def _dynamic() -> DynamicClient:
     return DynamicClient(api())
@@ -138,8 +159,13 @@ def secret_data(namespace: str, name: str | None) -> dict[str, str] | None:
     return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
 
-def current_child(namespace: str, name: str) -> dict[str, Any] | None:
-    return read_child("apps/v1", "Deployment", namespace, name)
+WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
+
+
+def current_child(
+    namespace: str, name: str, api_version: str = "apps/v1", kind: str = "Deployment"
+) -> dict[str, Any] | None:
+    return read_child(api_version, kind, namespace, name)
 
 
 def read_child(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -275,8 +301,8 @@ def apply_children(
     So `before` is exactly what the apply replaced: what it took back from other managers is the difference,
     never an edit that landed after it, nor a status write (either would move the resourceVersion)."""
     applied: dict[tuple[str, str], Applied] = {}
-    # the Deployment last: once its pods are ready the object reports Ready, so the rest must exist by then
-    for child in sorted(children, key=lambda c: c["kind"] == "Deployment"):
+    # the workload last: once its pods are ready the object reports Ready, so the rest must exist by then
+    for child in sorted(children, key=lambda c: c["kind"] in WORKLOAD_KINDS):
         digest = _applied_hash(child)
         meta = child["metadata"]
         ref = (child["kind"], meta["name"])

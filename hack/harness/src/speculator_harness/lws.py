@@ -90,7 +90,7 @@ def install(sup: Supervisor, api: Api, kubeconfig: Path, pki: Path, timeout: flo
 def webhook_configuration(doc: dict[str, Any], base: str, ca: bytes) -> dict[str, Any]:
     """The module's webhook configuration, named for this install, each webhook dialled at `base` + its path and
     trusting `ca`; the pod webhooks only for pods of a LeaderWorkerSet (as the module's kustomize patches say)."""
-    out = json.loads(json.dumps(doc))
+    out: dict[str, Any] = json.loads(json.dumps(doc))
     out["metadata"] = {"name": f"lws-{doc['metadata']['name']}"}
     for hook in out["webhooks"]:
         path = hook["clientConfig"]["service"]["path"]

@@ -14,7 +14,7 @@ import json
 
 from speculator_operator.api.podcontract import FAILED_EVALUATIONS, ExitCode
 from speculator_operator.domain.algorithms import Algorithm
-from speculator_operator.render.serving import PORT
+from speculator_operator.render.serving import PORT, parallel_args
 from speculator_operator.render.training import common
 from speculator_operator.render.training.common import HELD_OUT, VERIFIER, Inputs, Stage, final_checkpoint
 
@@ -66,7 +66,8 @@ def evaluator_args(inputs: Inputs) -> list[str]:
         "--served-model-name", VERIFIER,
         "--host", "0.0.0.0",  # noqa: S104 - inside the pod; the Service is the way in
         "--port", str(PORT),
-        "--tensor-parallel-size", str(hs.tensor_parallel_size),
+        "--tensor-parallel-size", str(hs.layout.tensor),
+        *parallel_args(hs.layout),
         *hs.extra_args,
     ]  # fmt: skip
 

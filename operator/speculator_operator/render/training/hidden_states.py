@@ -6,10 +6,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from speculator_operator.api.labels import ROLE_LABEL
 from speculator_operator.domain.releases import supports
+from speculator_operator.render import group
 from speculator_operator.render.serving import (
+    LAYOUT_UNSUPPORTED,
     PORT,
     RenderError,
+    parallel_args,
+    workload_name,
 )
 from speculator_operator.render.training import common
 from speculator_operator.render.training.common import (
@@ -106,7 +111,8 @@ def server_args(inputs: Inputs, role: str) -> list[str]:
         "--served-model-name", VERIFIER,  # = the trainer's --verifier-name-or-path and the clients' --model
         "--host", "0.0.0.0",  # noqa: S104 - inside the pod; the Service is the way in
         "--port", str(PORT),
-        "--tensor-parallel-size", str(hs.tensor_parallel_size),
+        "--tensor-parallel-size", str(hs.layout.tensor),
+        *parallel_args(hs.layout),
     ]  # fmt: skip
     if role == "verifier":
         if needs_render(inputs) and supports(vllm, "enable_scale_out_flag"):
@@ -150,19 +156,34 @@ def server(inputs: Inputs, role: str) -> list[dict[str, Any]]:
         readinessProbe={"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5, "failureThreshold": 3},
         livenessProbe={"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 6},
     )
-    pod = common.make_pod(inputs, role, spec.stages.server, container, spec.hidden_states.tensor_parallel_size)
+    lay = spec.hidden_states.layout
+    refusal = lay.problem()
+    if refusal is None and lay.nodes > inputs.release.parallel.max_nodes:
+        refusal = f"release {inputs.release.name} serves at most {inputs.release.parallel.max_nodes} node(s) per server"
+    if refusal:
+        raise RenderError(f"hiddenStates.parallelism: {refusal}", LAYOUT_UNSUPPORTED)
+    container["args"] = [*container["args"], *group.group_args(lay, group.LEADER)]
+    pod = common.make_pod(inputs, role, spec.stages.server, container, lay.gpus_per_pod)
     selector = {**labels(inputs.name, role)}
     replicas = spec.hidden_states.replicas if role == "extractor" else 1
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": common.make_meta(inputs, name, role),
-        "spec": {"replicas": replicas, "selector": {"matchLabels": selector}, "template": pod},
-    }
+    if lay.multi_node:
+        # a verifier larger than one node: one LeaderWorkerSet group per server, the Service on the leaders; every
+        # rank gets the same arguments (the hidden-state connector's among them) and the same workspace mount
+        meta = common.make_meta(inputs, workload_name(name, lay), role)
+        pod_meta = {"labels": pod["metadata"]["labels"], "annotations": pod["metadata"].get("annotations", {})}
+        workload = group.leader_worker_set(meta, pod_meta, pod["spec"], lay, replicas)
+        selector = {**selector, ROLE_LABEL: group.LEADER}
+    else:
+        workload = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": common.make_meta(inputs, name, role),
+            "spec": {"replicas": replicas, "selector": {"matchLabels": selector}, "template": pod},
+        }
     service = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": common.make_meta(inputs, name, role),
         "spec": {"selector": selector, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]},
     }
-    return [deployment, service]
+    return [workload, service]
