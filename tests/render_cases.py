@@ -81,6 +81,10 @@ TRAIN_CASES: dict[str, dict[str, Any]] = {
     },
     "train-convert-pvc": {"data": None, "convert": {"source": "pvc://drafts/eagle3/v2"}},
     "train-publish-pvc": {"output": {"uri": "pvc://drafts/qwen/v1"}, "workspace": {"accessMode": "ReadWriteMany"}},
+    # a verifier larger than one node: each extraction server is a two-pod LeaderWorkerSet group
+    "train-extract-two-nodes": {
+        "hiddenStates": {"backend": "fp8", "replicas": 2, "tensorParallelSize": 8, "parallelism": {"nodes": 2}}
+    },
 }
 
 
@@ -109,6 +113,14 @@ SERVE_CASES: dict[str, tuple[dict[str, Any], serving.Draft]] = {
     "serve-s3-manifest": (
         {"verifier": {"model": "s3://models/qwen3"}, "speculator": {"source": "s3://drafts/qwen3-eagle3"}},
         serving.Draft("eagle3", 3, "s3:abc", MANIFEST),
+    ),
+    "serve-two-nodes": (
+        {"serving": {"replicas": 2, "parallelism": {"tensor": 8, "pipeline": 2, "nodes": 2}}},
+        serving.Draft("eagle3", 3, "s3:abc", MANIFEST),
+    ),
+    "serve-data-parallel-cutoff": (
+        {"serving": {"parallelism": {"data": 4, "nodes": 2}, "cutoff": {"maxBatchSize": 32}}},
+        serving.Draft("eagle3", 3, "d" * 40),
     ),
     "serve-stitched-mtp": (
         {

@@ -38,6 +38,7 @@ from speculator_operator.planning.deployment import (
     plan,
     refresh_serving,
     retire,
+    waits_for_group_api,
 )
 from speculator_operator.planning.handover import offer_due, offer_of, served, take_offer
 from speculator_operator.planning.health import deployment_health
@@ -425,6 +426,8 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     if one.retry or (one.reconciled is not None and one.status.status.phase == "Pending"):
         # an input could not be read, or the apply failed: again later (the status says which and why)
         return Result(after=RETRY_SECONDS, cause=Cause.RETRY)
+    if waits_for_group_api(one.status.status):
+        return Result(after=RESYNC_SECONDS, cause=Cause.RETRY)  # the next reconcile asks discovery again
     if parsed is not None and parsed.serving.layout.multi_node and one.status.status.phase == "Deploying":
         # no watch follows LeaderWorkerSets (their API may come and go): a rolling group is read again soon
         return Result(after=GROUP_POLL_SECONDS, cause=Cause.CHILD)

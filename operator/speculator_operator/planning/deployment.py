@@ -276,6 +276,14 @@ def plan(
     return Plan(rendered.children, status, events, prune)
 
 
+def waits_for_group_api(status: SpeculatorDeploymentStatus) -> bool:
+    """Whether the status says the spec waits for the LeaderWorkerSet API: the pass reconciles again a resync later
+    (a resync alone only refreshes the serving counts), so that an API installed meanwhile is found without a
+    restart."""
+    ready = next((c for c in status.conditions if c.type == "Ready"), None)
+    return ready is not None and ready.reason == ServingReason.LWS_UNAVAILABLE
+
+
 def retire(
     other: dict[str, Any], revision: str | None, spec: SpeculatorDeploymentSpec
 ) -> tuple[tuple[str, str, str], tuple[str, str, str]]:
