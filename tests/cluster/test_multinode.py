@@ -36,7 +36,7 @@ def lws(cluster: Cluster, operator: KopfRunner) -> Iterator[None]:
         if cluster.harness is None:
             pytest.skip("the cluster came from KUBECONFIG and has no LeaderWorkerSet CRD")
         cluster.harness.install_lws()
-    yield
+    return
 
 
 def two_nodes(name: str, store: dict[str, str], creds: str, **serving: Any) -> str:
@@ -135,7 +135,9 @@ def test_a_verifier_upgrade_rolls_whole_groups_and_a_worker_restart_recreates_it
     old = get(cluster, namespace, "sdep/big")["status"]["revision"]
     generation = get(cluster, namespace, "leaderworkerset/big-group")["metadata"]["generation"]
 
-    s3.put_object(Bucket=bucket, Key=f"v-{namespace}/config.json", Body=json.dumps({**SMALL, "rope_theta": 1e6}).encode())
+    s3.put_object(
+        Bucket=bucket, Key=f"v-{namespace}/config.json", Body=json.dumps({**SMALL, "rope_theta": 1e6}).encode()
+    )
     new_verifier = read_verifier(verifier).revision
     cluster.kubectl("annotate", "-n", namespace, "sdep/big", "speculators.dev/resolve-requested=upgrade")
     # until every group serves the new revision, no group ever mixes two revisions
@@ -203,4 +205,5 @@ def test_impossible_layouts_are_refused_by_the_api_server(
     done = cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False,
                            input=two_nodes("bad", store, "s3", **serving))  # fmt: skip
     assert done.returncode != 0
-    assert field in done.stderr and words in done.stderr
+    assert field in done.stderr
+    assert words in done.stderr

@@ -15,12 +15,12 @@ from speculator_operator.api.parallelism import Layout, Parallelism, layout
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.releases import get_release
-from speculator_operator.pods import serve
 from speculator_operator.planning.deployment import Observed, plan, serving_status
 from speculator_operator.planning.health import deployment_health
 from speculator_operator.planning.inputs import ServingReason
 from speculator_operator.planning.pods import START_REFUSED, pod_problem
 from speculator_operator.planning.watched import scraped, trimmed_pod
+from speculator_operator.pods import serve
 from speculator_operator.render import group, serving, training
 from speculator_operator.render.serving import Draft, Inputs, RenderError, render
 
@@ -29,8 +29,11 @@ from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
 
 def spec(**serving_: Any) -> SpeculatorDeploymentSpec:
     return SpeculatorDeploymentSpec.model_validate(
-        {"verifier": {"model": "Qwen/Qwen3-8B", "revision": "main"}, "speculator": {"source": "hf://acme/d"},
-         "serving": serving_}  # fmt: skip
+        {
+            "verifier": {"model": "Qwen/Qwen3-8B", "revision": "main"},
+            "speculator": {"source": "hf://acme/d"},
+            "serving": serving_,
+        }
     )
 
 
@@ -66,12 +69,30 @@ def test_two_nodes_two_replicas_render_one_leader_worker_set() -> None:
     assert template["size"] == 2
     assert template["restartPolicy"] == "RecreateGroupOnPodRestart"
     leader, worker = main_container(template["leaderTemplate"]), main_container(template["workerTemplate"])
-    assert leader["args"][-8:] == ["--nnodes", "2", "--node-rank", "0", "--master-addr", "$(LWS_LEADER_ADDRESS)",
-                                   "--distributed-executor-backend", "mp"]  # fmt: skip
-    assert worker["args"][-9:] == ["--nnodes", "2", "--node-rank", "$(LWS_WORKER_INDEX)", "--master-addr",
-                                   "$(LWS_LEADER_ADDRESS)", "--distributed-executor-backend", "mp", "--headless"]  # fmt: skip
+    assert leader["args"][-8:] == [
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "$(LWS_LEADER_ADDRESS)",
+        "--distributed-executor-backend",
+        "mp",
+    ]
+    assert worker["args"][-9:] == [
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "$(LWS_WORKER_INDEX)",
+        "--master-addr",
+        "$(LWS_LEADER_ADDRESS)",
+        "--distributed-executor-backend",
+        "mp",
+        "--headless",
+    ]
     assert leader["args"][:-8] == worker["args"][:-9]  # the same engine arguments on every rank
-    assert "readinessProbe" in leader and "livenessProbe" in leader
+    assert "readinessProbe" in leader
+    assert "livenessProbe" in leader
     assert not {"ports", "readinessProbe", "livenessProbe", "startupProbe"} & set(worker)
     # each pod stages and audits the draft itself, and holds a GPU share of the group
     for tmpl in (template["leaderTemplate"], template["workerTemplate"]):
@@ -87,9 +108,11 @@ def test_two_nodes_two_replicas_render_one_leader_worker_set() -> None:
 def test_one_node_renders_the_deployment_as_before_and_nodes_move_the_revision() -> None:
     one = rendered(tensorParallelSize=4)
     same = rendered(parallelism={"tensor": 4})
-    assert one.children == same.children and one.revision == same.revision
+    assert one.children == same.children
+    assert one.revision == same.revision
     assert [c["kind"] for c in one.children] == ["Deployment", "Service", "PodDisruptionBudget"]
-    assert "--nnodes" not in one.vllm_args and "--pipeline-parallel-size" not in one.vllm_args
+    assert "--nnodes" not in one.vllm_args
+    assert "--pipeline-parallel-size" not in one.vllm_args
     two = rendered(parallelism={"tensor": 4, "nodes": 2})
     assert two.revision != one.revision
 
@@ -132,37 +155,86 @@ def test_without_the_lws_api_nothing_is_created_and_the_object_is_stalled(good: 
     two = spec(parallelism={"tensor": 2, "nodes": 2})
     obs = Observed(3, SpeculatorDeploymentStatus(), "v1", good, lws_served=False)
     p = plan("q", "ns", "uid", two, get_release(), obs)
-    assert p.children is None and p.status.phase == "Failed"
+    assert p.children is None
+    assert p.status.phase == "Failed"
     ready = next(c for c in p.status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("False", ServingReason.LWS_UNAVAILABLE)
-    assert "LeaderWorkerSet" in ready.message and "install" in ready.message
+    assert "LeaderWorkerSet" in ready.message
+    assert "install" in ready.message
     stalled = next(c for c in deployment_health(p.status).conditions if c.type == "Stalled")
     assert stalled.reason == ServingReason.LWS_UNAVAILABLE
     # a single-node pair still serving keeps serving (Degraded) and is still Stalled
-    kept = plan("q", "ns", "uid", two, get_release(), Observed(3, SpeculatorDeploymentStatus(), "v1", good,
-                lws_served=False, other={"kind": "Deployment", "metadata": {"name": "q"}}))  # fmt: skip
-    assert kept.status.phase == "Degraded" and kept.children is None
+    kept = plan(
+        "q",
+        "ns",
+        "uid",
+        two,
+        get_release(),
+        Observed(
+            3,
+            SpeculatorDeploymentStatus(),
+            "v1",
+            good,
+            lws_served=False,
+            other={"kind": "Deployment", "metadata": {"name": "q"}},
+        ),
+    )
+    assert kept.status.phase == "Degraded"
+    assert kept.children is None
     assert any(c.type == "Stalled" for c in deployment_health(kept.status).conditions)
     # with the API: a group, and the Deployment of the old layout deleted only once the group is ready
-    served = plan("q", "ns", "uid", two, get_release(), Observed(3, SpeculatorDeploymentStatus(), "v1", good,
-                  lws_served=True, other={"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "q"}}))  # fmt: skip
-    assert [c["kind"] for c in served.children or []][0] == "LeaderWorkerSet" and served.prune == []
-    lws = {"kind": group.KIND, "metadata": {"generation": 1, "annotations": {"speculators.dev/revision":
-           served.status.revision}}, "status": {"observedGeneration": 1, "replicas": 1, "readyReplicas": 1,
-           "updatedReplicas": 1}}  # fmt: skip
-    done = plan("q", "ns", "uid", two, get_release(), Observed(3, served.status, "v1", good, child=lws,
-                lws_served=True, other={"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "q"}}))  # fmt: skip
+    served = plan(
+        "q",
+        "ns",
+        "uid",
+        two,
+        get_release(),
+        Observed(
+            3,
+            SpeculatorDeploymentStatus(),
+            "v1",
+            good,
+            lws_served=True,
+            other={"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "q"}},
+        ),
+    )
+    assert next(c["kind"] for c in served.children or []) == "LeaderWorkerSet"
+    assert served.prune == []
+    lws = {
+        "kind": group.KIND,
+        "metadata": {"generation": 1, "annotations": {"speculators.dev/revision": served.status.revision}},
+        "status": {"observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1},
+    }
+    done = plan(
+        "q",
+        "ns",
+        "uid",
+        two,
+        get_release(),
+        Observed(
+            3,
+            served.status,
+            "v1",
+            good,
+            child=lws,
+            lws_served=True,
+            other={"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "q"}},
+        ),
+    )
     assert done.status.phase == "Ready"
     assert done.prune == [("apps/v1", "Deployment", "q")]
-    assert ("Normal", "LayoutChanged") == done.events[-1][:2]
+    assert done.events[-1][:2] == ("Normal", "LayoutChanged")
 
 
 def test_a_group_is_rolled_out_when_every_group_is_ready_at_the_new_revision() -> None:
     two = spec(replicas=2, parallelism={"tensor": 2, "nodes": 2})
 
     def lws(revision: str, ready: int, updated: int) -> dict[str, Any]:
-        return {"kind": group.KIND, "metadata": {"generation": 2, "annotations": {"speculators.dev/revision": revision}},
-                "status": {"observedGeneration": 2, "replicas": 2, "readyReplicas": ready, "updatedReplicas": updated}}  # fmt: skip
+        return {
+            "kind": group.KIND,
+            "metadata": {"generation": 2, "annotations": {"speculators.dev/revision": revision}},
+            "status": {"observedGeneration": 2, "replicas": 2, "readyReplicas": ready, "updatedReplicas": updated},
+        }
 
     assert serving_status(two, "r2", lws("r2", 2, 2))["ready"] is True
     assert serving_status(two, "r2", lws("r2", 2, 1))["ready"] is False  # one group still at the old template
@@ -178,32 +250,58 @@ def test_the_scrape_skips_headless_workers() -> None:
 
 
 def test_a_rank_without_its_group_variables_refuses_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    args = ["serve", "/m", "--nnodes", "2", "--node-rank", "$(LWS_WORKER_INDEX)", "--master-addr", "$(LWS_LEADER_ADDRESS)"]
+    args = [
+        "serve",
+        "/m",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "$(LWS_WORKER_INDEX)",
+        "--master-addr",
+        "$(LWS_LEADER_ADDRESS)",
+    ]
     why = serve.unexpanded(args)
-    assert why is not None and "LWS_LEADER_ADDRESS, LWS_WORKER_INDEX not set" in why
+    assert why is not None
+    assert "LWS_LEADER_ADDRESS, LWS_WORKER_INDEX not set" in why
     assert serve.unexpanded(["serve", "/m", "--nnodes", "2", "--node-rank", "1", "--master-addr", "q-0.q.ns"]) is None
     log = tmp_path / "termination-log"
     monkeypatch.setattr(serve, "REPORT_PATH_DEFAULT", str(log))
     assert serve.exec_vllm(args) == 2  # ExitCode.USAGE, before any exec
     assert "LeaderWorkerSet pod webhook" in log.read_text()
     # the pod's status then says it, even though the group is recreated before any CrashLoopBackOff
-    pod = {"metadata": {"name": "q-group-0-1"}, "status": {"containerStatuses": [
-        {"name": "vllm", "state": {"terminated": {"reason": "Error", "exitCode": 2, "message": log.read_text()}}}]}}  # fmt: skip
+    pod = {
+        "metadata": {"name": "q-group-0-1"},
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "vllm",
+                    "state": {"terminated": {"reason": "Error", "exitCode": 2, "message": log.read_text()}},
+                }
+            ]
+        },
+    }
     reason, message = pod_problem(trimmed_pod(pod)) or ("", "")
-    assert reason == START_REFUSED and "LWS_LEADER_ADDRESS" in message
+    assert reason == START_REFUSED
+    assert "LWS_LEADER_ADDRESS" in message
 
 
 def test_an_extraction_server_larger_than_one_node_is_a_group_with_the_connector_on_every_rank() -> None:
-    parsed = SpeculatorTrainJobSpec.model_validate({
-        "verifier": {"model": "Qwen/Qwen3-8B"}, "algorithm": "eagle3",
-        "data": {"sources": ["hf:HuggingFaceH4/ultrachat_200k"]}, "output": {"uri": "s3://drafts/q"},
-        "hiddenStates": {"backend": "fp8", "replicas": 2, "tensorParallelSize": 8, "parallelism": {"nodes": 2}},
-    })  # fmt: skip
+    parsed = SpeculatorTrainJobSpec.model_validate(
+        {
+            "verifier": {"model": "Qwen/Qwen3-8B"},
+            "algorithm": "eagle3",
+            "data": {"sources": ["hf:HuggingFaceH4/ultrachat_200k"]},
+            "output": {"uri": "s3://drafts/q"},
+            "hiddenStates": {"backend": "fp8", "replicas": 2, "tensorParallelSize": 8, "parallelism": {"nodes": 2}},
+        }
+    )
     inputs = training.Inputs("run", "ml", parsed, get_release(), "abc", 36, "uid", verifier_content="s3:v")
     children = training.hidden_states.server(inputs, "extractor")
     lws, svc = children
-    assert lws["kind"] == group.KIND and lws["spec"]["replicas"] == 2
-    assert svc["spec"]["selector"][ROLE_LABEL] == "leader" and svc["metadata"]["name"] == "run-extractor"
+    assert lws["kind"] == group.KIND
+    assert lws["spec"]["replicas"] == 2
+    assert svc["spec"]["selector"][ROLE_LABEL] == "leader"
+    assert svc["metadata"]["name"] == "run-extractor"
     template = lws["spec"]["leaderWorkerTemplate"]
     for tmpl in (template["leaderTemplate"], template["workerTemplate"]):
         args = main_container(tmpl)["args"]
@@ -218,18 +316,33 @@ def test_a_train_job_whose_server_needs_a_group_waits_stalled_without_the_lws_ap
     from speculator_operator.planning import trainjob
     from speculator_operator.planning.health import trainjob_health
 
-    parsed = SpeculatorTrainJobSpec.model_validate({
-        "verifier": {"model": "Qwen/Qwen3-8B"}, "algorithm": "eagle3",
-        "data": {"sources": ["hf:org/chats"], "format": "pretokenized"}, "output": {"uri": "s3://drafts/q"},
-        "hiddenStates": {"tensorParallelSize": 8, "parallelism": {"nodes": 2}},
-    })  # fmt: skip
-    done = {"status": {"conditions": [{"type": "Complete", "status": "True"}], "startTime": "2026-11-29T10:00:00Z",
-                       "completionTime": "2026-11-29T10:01:00Z"}}  # fmt: skip
+    parsed = SpeculatorTrainJobSpec.model_validate(
+        {
+            "verifier": {"model": "Qwen/Qwen3-8B"},
+            "algorithm": "eagle3",
+            "data": {"sources": ["hf:org/chats"], "format": "pretokenized"},
+            "output": {"uri": "s3://drafts/q"},
+            "hiddenStates": {"tensorParallelSize": 8, "parallelism": {"nodes": 2}},
+        }
+    )
+    done = {
+        "status": {
+            "conditions": [{"type": "Complete", "status": "True"}],
+            "startTime": "2026-11-29T10:00:00Z",
+            "completionTime": "2026-11-29T10:01:00Z",
+        }
+    }
 
     def at_extract(served: bool) -> trainjob.Plan:
-        obs = trainjob.Observed(generation=1, status=SpeculatorTrainJobStatus(), verifier_layers=36,
-                                verifier_revision="sha1", verifier_model_type="qwen3",
-                                jobs={"fetch": done, "prepare": done}, lws_served=served)  # fmt: skip
+        obs = trainjob.Observed(
+            generation=1,
+            status=SpeculatorTrainJobStatus(),
+            verifier_layers=36,
+            verifier_revision="sha1",
+            verifier_model_type="qwen3",
+            jobs={"fetch": done, "prepare": done},
+            lws_served=served,
+        )
         return trainjob.plan("q", "ml", "uid", parsed, get_release(), obs)
 
     waiting = at_extract(False)
