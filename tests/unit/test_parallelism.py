@@ -151,10 +151,16 @@ def good(tmp_path: Path) -> Any:
     return audit(str(tmp_path / "good"), verifier=QWEN3_8B, release=get_release())
 
 
+OLD_DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "q"}}
+
+
 def test_without_the_lws_api_nothing_is_created_and_the_object_is_stalled(good: Any) -> None:
     two = spec(parallelism={"tensor": 2, "nodes": 2})
-    obs = Observed(3, SpeculatorDeploymentStatus(), "v1", good, lws_served=False)
-    p = plan("q", "ns", "uid", two, get_release(), obs)
+
+    def planned(status: SpeculatorDeploymentStatus, **observed: Any) -> Any:
+        return plan("q", "ns", "uid", two, get_release(), Observed(3, status, "v1", good, **observed))
+
+    p = planned(SpeculatorDeploymentStatus(), lws_served=False)
     assert p.children is None
     assert p.status.phase == "Failed"
     ready = next(c for c in p.status.conditions if c.type == "Ready")
@@ -164,40 +170,12 @@ def test_without_the_lws_api_nothing_is_created_and_the_object_is_stalled(good: 
     stalled = next(c for c in deployment_health(p.status).conditions if c.type == "Stalled")
     assert stalled.reason == ServingReason.LWS_UNAVAILABLE
     # a single-node pair still serving keeps serving (Degraded) and is still Stalled
-    kept = plan(
-        "q",
-        "ns",
-        "uid",
-        two,
-        get_release(),
-        Observed(
-            3,
-            SpeculatorDeploymentStatus(),
-            "v1",
-            good,
-            lws_served=False,
-            other={"kind": "Deployment", "metadata": {"name": "q"}},
-        ),
-    )
+    kept = planned(SpeculatorDeploymentStatus(), lws_served=False, other=OLD_DEPLOYMENT)
     assert kept.status.phase == "Degraded"
     assert kept.children is None
     assert any(c.type == "Stalled" for c in deployment_health(kept.status).conditions)
     # with the API: a group, and the Deployment of the old layout deleted only once the group is ready
-    served = plan(
-        "q",
-        "ns",
-        "uid",
-        two,
-        get_release(),
-        Observed(
-            3,
-            SpeculatorDeploymentStatus(),
-            "v1",
-            good,
-            lws_served=True,
-            other={"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "q"}},
-        ),
-    )
+    served = planned(SpeculatorDeploymentStatus(), lws_served=True, other=OLD_DEPLOYMENT)
     assert next(c["kind"] for c in served.children or []) == "LeaderWorkerSet"
     assert served.prune == []
     lws = {
@@ -205,22 +183,7 @@ def test_without_the_lws_api_nothing_is_created_and_the_object_is_stalled(good: 
         "metadata": {"generation": 1, "annotations": {"speculators.dev/revision": served.status.revision}},
         "status": {"observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1},
     }
-    done = plan(
-        "q",
-        "ns",
-        "uid",
-        two,
-        get_release(),
-        Observed(
-            3,
-            served.status,
-            "v1",
-            good,
-            child=lws,
-            lws_served=True,
-            other={"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "q"}},
-        ),
-    )
+    done = planned(served.status, child=lws, lws_served=True, other=OLD_DEPLOYMENT)
     assert done.status.phase == "Ready"
     assert done.prune == [("apps/v1", "Deployment", "q")]
     assert done.events[-1][:2] == ("Normal", "LayoutChanged")
