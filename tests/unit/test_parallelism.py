@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
-from speculator_operator.api.labels import ROLE_LABEL
+from speculator_operator.api.labels import LWS_GROUP_KEY_LABEL, REVISION_LABEL, ROLE_LABEL
 from speculator_operator.api.parallelism import Layout, Parallelism, layout
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.domain.checkpoint import audit
@@ -69,7 +69,9 @@ def test_two_nodes_two_replicas_render_one_leader_worker_set() -> None:
     assert template["size"] == 2
     assert template["restartPolicy"] == "RecreateGroupOnPodRestart"
     leader, worker = main_container(template["leaderTemplate"]), main_container(template["workerTemplate"])
-    assert leader["args"][-8:] == [
+    port = ["--master-port", str(29501 + int(r.revision, 16) % 1000)]  # one rendezvous per revision
+    assert leader["args"][-2:] == worker["args"][-2:] == port
+    assert leader["args"][-10:-2] == [
         "--nnodes",
         "2",
         "--node-rank",
@@ -79,7 +81,7 @@ def test_two_nodes_two_replicas_render_one_leader_worker_set() -> None:
         "--distributed-executor-backend",
         "mp",
     ]
-    assert worker["args"][-9:] == [
+    assert worker["args"][-11:-2] == [
         "--nnodes",
         "2",
         "--node-rank",
@@ -90,7 +92,7 @@ def test_two_nodes_two_replicas_render_one_leader_worker_set() -> None:
         "mp",
         "--headless",
     ]
-    assert leader["args"][:-8] == worker["args"][:-9]  # the same engine arguments on every rank
+    assert leader["args"][:-10] == worker["args"][:-11]  # the same engine arguments on every rank
     assert "readinessProbe" in leader
     assert "livenessProbe" in leader
     assert not {"ports", "readinessProbe", "livenessProbe", "startupProbe"} & set(worker)
@@ -154,6 +156,14 @@ def good(tmp_path: Path) -> Any:
 OLD_DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "q"}}
 
 
+def group_pods(group_key: str, *revisions: str | None) -> list[dict[str, Any]]:
+    """The pods of one group, by worker index, each at its revision."""
+    return [
+        {"metadata": {"name": f"{group_key}-{i}", "labels": {LWS_GROUP_KEY_LABEL: group_key, REVISION_LABEL: rev}}}
+        for i, rev in enumerate(revisions)
+    ]
+
+
 def test_without_the_lws_api_nothing_is_created_and_the_object_is_stalled(good: Any) -> None:
     two = spec(parallelism={"tensor": 2, "nodes": 2})
 
@@ -183,7 +193,8 @@ def test_without_the_lws_api_nothing_is_created_and_the_object_is_stalled(good: 
         "metadata": {"generation": 1, "annotations": {"speculators.dev/revision": served.status.revision}},
         "status": {"observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1},
     }
-    done = planned(served.status, child=lws, lws_served=True, other=OLD_DEPLOYMENT)
+    whole = group_pods("g0", served.status.revision, served.status.revision)
+    done = planned(served.status, child=lws, lws_served=True, other=OLD_DEPLOYMENT, pods=whole)
     assert done.status.phase == "Ready"
     assert done.prune == [("apps/v1", "Deployment", "q")]
     assert done.events[-1][:2] == ("Normal", "LayoutChanged")
@@ -199,10 +210,20 @@ def test_a_group_is_rolled_out_when_every_group_is_ready_at_the_new_revision() -
             "status": {"observedGeneration": 2, "replicas": 2, "readyReplicas": ready, "updatedReplicas": updated},
         }
 
-    assert serving_status(two, "r2", lws("r2", 2, 2))["ready"] is True
-    assert serving_status(two, "r2", lws("r2", 2, 1))["ready"] is False  # one group still at the old template
-    assert serving_status(two, "r2", lws("r2", 1, 2))["ready"] is False
-    assert serving_status(two, "r2", lws("r1", 2, 2))["updatedReplicas"] == 0  # not the revision asked for
+    whole = group_pods("g0", "r2", "r2") + group_pods("g1", "r2", "r2")
+    assert serving_status(two, "r2", lws("r2", 2, 2), whole)["ready"] is True
+    assert serving_status(two, "r2", lws("r2", 2, 1), whole)["ready"] is False  # one group still at the old template
+    assert serving_status(two, "r2", lws("r2", 1, 2), whole)["ready"] is False
+    assert serving_status(two, "r2", lws("r1", 2, 2), whole)["updatedReplicas"] == 0  # not the revision asked for
+    # the LeaderWorkerSet counts a group updated once its leader is; the operator counts whole groups only
+    leader_first = group_pods("g0", "r2", "r2") + group_pods("g1", "r2", "r1")
+    assert serving_status(two, "r2", lws("r2", 2, 2), leader_first)["updatedReplicas"] == 1
+    assert serving_status(two, "r2", lws("r2", 2, 2), leader_first)["ready"] is False
+    workers_missing = group_pods("g0", "r2", "r2") + group_pods("g1", "r2")
+    assert serving_status(two, "r2", lws("r2", 2, 2), workers_missing)["ready"] is False
+    assert serving_status(two, "r2", lws("r2", 2, 2))["ready"] is False  # pods unknown: nothing counts as whole
+    # the watch's trimmed pods keep what this reads
+    assert serving_status(two, "r2", lws("r2", 2, 2), [trimmed_pod(p) for p in whole])["ready"] is True
 
 
 def test_the_scrape_skips_headless_workers() -> None:

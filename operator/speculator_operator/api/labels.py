@@ -21,6 +21,7 @@ ROLE_LABEL = "speculators.dev/role"  # a multi-node server's pods: leader (API s
 # set by the LeaderWorkerSet controller on its pods (sigs.k8s.io/lws api/leaderworkerset/v1)
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"  # 0: the leader
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"  # the same on every pod of one group
 DRAFT_ANNOTATION = "speculators.dev/draft-location"  # serving pods: the exact draft location read
 APPLIED_ANNOTATION = "speculators.dev/applied-hash"  # any child: the hash of its rendered form as last applied
 # one-shot requests on a SpeculatorDeployment, set by a user or an Argo CD resource action and never written by the

@@ -130,7 +130,7 @@ def _observe_inputs(
     child, served = workload(namespace, name, spec)
     obs = Observed(generation=generation, status=status, child=child, lws_served=served)
     obs.other = other_workload(namespace, name, spec)
-    if obs.child is not None and needs_pods(status):
+    if obs.child is not None and needs_pods(status, spec):
         obs.pods = deployment_pods(namespace, name)
     located = _draft_location(spec, namespace, status)
     if isinstance(located, Problem):
@@ -319,7 +319,7 @@ class _Pass:
             if not served:
                 return
         pods = None
-        if needs_pods(current):
+        if needs_pods(current, parsed):
             agree = seen is not None and pods_agree(child, seen.pods)
             pods = seen.pods if seen is not None and agree else deployment_pods(self.namespace, self.name)
         new = refresh_serving(parsed, current, child, self.generation, pods)

@@ -41,6 +41,7 @@ from speculator_operator.planning.adoption import kept_revision
 from speculator_operator.planning.inputs import AuditedReason, ServingReason, VerifierReason
 from speculator_operator.planning.pods import first_problem
 from speculator_operator.planning.tuning import applied
+from speculator_operator.planning.watched import whole_groups
 from speculator_operator.render import group
 from speculator_operator.render.serving import Inputs, RenderError, draft_of, num_speculative_tokens, render
 
@@ -106,7 +107,12 @@ def serving_status(
     observed = st.get("observedGeneration", 0) >= meta.get("generation", 0)
     # a LeaderWorkerSet counts groups: ready ones, and updated ones (every pod of the group at its new template)
     ready, updated = st.get("readyReplicas", 0) or 0, st.get("updatedReplicas", 0) or 0
-    available = ready if child.get("kind") == group.KIND else st.get("availableReplicas", 0) or 0
+    grouped = child.get("kind") == group.KIND
+    available = ready if grouped else st.get("availableReplicas", 0) or 0
+    if grouped:
+        # the LeaderWorkerSet counts a group updated once its leader is: only whole groups count (unknown without the
+        # pods: none), so Ready waits for every member of every group
+        updated = min(updated, whole_groups(pods, revision, spec.serving.layout.nodes) if pods is not None else 0)
     done = current and observed and updated >= want and available >= want and (st.get("replicas", 0) or 0) == want
     reason = "ScaledToZero" if want == 0 and done else ("RolledOut" if done else "RollingOut")
     out = {"ready": done, "reason": reason, "replicas": want, "readyReplicas": ready,
@@ -335,10 +341,10 @@ def _revision_words(revision: str, notes: list[RenderNote]) -> str:
     return "; ".join([f"revision {revision}", *(f"{n.reason}: {n.message}" for n in notes)])
 
 
-def needs_pods(status: SpeculatorDeploymentStatus) -> bool:
-    """Whether the pods are worth reading: only while a revision is rolling out (a Ready resource costs
-    no reads)."""
-    return status.phase == "Deploying"
+def needs_pods(status: SpeculatorDeploymentStatus, spec: SpeculatorDeploymentSpec) -> bool:
+    """Whether the pods are worth reading: while a revision is rolling out (a Ready resource costs no reads), and
+    always for LeaderWorkerSet groups, whose updated count is taken from the pods (whole groups only)."""
+    return status.phase == "Deploying" or spec.serving.layout.multi_node
 
 
 def apply_failed(status: SpeculatorDeploymentStatus, generation: int, message: str) -> SpeculatorDeploymentStatus:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from speculator_operator.api.labels import REVISION_LABEL, ROLE_LABEL
+from speculator_operator.api.labels import LWS_GROUP_KEY_LABEL, REVISION_LABEL, ROLE_LABEL
 from speculator_operator.render.group import WORKER
 
 
@@ -102,7 +102,7 @@ def trimmed_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     st = pod.get("status") or {}
     kept_meta: dict[str, Any] = {"name": meta.get("name")}
     labels = meta.get("labels") or {}
-    kept_labels = {k: labels[k] for k in (REVISION_LABEL, ROLE_LABEL) if k in labels}
+    kept_labels = {k: labels[k] for k in (REVISION_LABEL, ROLE_LABEL, LWS_GROUP_KEY_LABEL) if k in labels}
     if kept_labels:
         kept_meta["labels"] = kept_labels
     if meta.get("deletionTimestamp"):
@@ -144,6 +144,20 @@ def scrape_target(pod: Mapping[str, Any]) -> dict[str, Any]:
         "port": port,
         "revision": (meta.get("labels") or {}).get(REVISION_LABEL),
     }
+
+
+def whole_groups(pods: list[dict[str, Any]], revision: str | None, size: int) -> int:
+    """The LeaderWorkerSet groups whose `size` pods (none being deleted) all carry `revision`. The LeaderWorkerSet
+    updates a group in place, leader first, and counts it updated before its workers follow: the operator counts
+    only whole groups."""
+    members: dict[str, list[str | None]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        key = labels.get(LWS_GROUP_KEY_LABEL)
+        if key and not meta.get("deletionTimestamp"):
+            members.setdefault(key, []).append(labels.get(REVISION_LABEL))
+    return sum(1 for revisions in members.values() if len(revisions) == size and set(revisions) == {revision})
 
 
 def scraped(pod: Mapping[str, Any]) -> bool:

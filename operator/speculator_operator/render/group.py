@@ -41,6 +41,19 @@ def group_args(layout: Layout, role: str) -> list[str]:
     return args if role == LEADER else [*args, "--headless"]
 
 
+MASTER_PORT_BASE = 29501  # vLLM's default --master-port
+MASTER_PORTS = 1000
+
+
+def rendezvous(layout: Layout, revision: str) -> list[str]:
+    """`--master-port` derived from the revision: a LeaderWorkerSet updates a group in place (the leader first, then
+    its workers' StatefulSet), so for a moment a group's pods carry two revisions; ranks of two revisions then dial
+    two different ports and can never form one engine."""
+    if not layout.multi_node:
+        return []
+    return ["--master-port", str(MASTER_PORT_BASE + int(revision, 16) % MASTER_PORTS)]
+
+
 def worker_pod(leader: dict[str, Any], layout: Layout) -> dict[str, Any]:
     """The worker pods' spec from the leader's: the same stage containers (each pod stages and audits the draft),
     the same command with the worker's rank and --headless, and no HTTP probes or port (a headless rank serves no
@@ -48,8 +61,11 @@ def worker_pod(leader: dict[str, Any], layout: Layout) -> dict[str, Any]:
     group is recreated as a unit (RecreateGroupOnPodRestart)."""
     pod = copy.deepcopy(leader)
     container = pod["containers"][0]
-    shared = container["args"][: len(container["args"]) - len(group_args(layout, LEADER))]
-    container["args"] = [*shared, *group_args(layout, WORKER)]
+    args = container["args"]
+    start = len(args) - 1 - args[::-1].index("--nnodes")  # the group's own arguments come last
+    tail = args[start:]
+    port = tail[tail.index("--master-port") : tail.index("--master-port") + 2] if "--master-port" in tail else []
+    container["args"] = [*args[:start], *group_args(layout, WORKER), *port]
     for key in ("ports", "startupProbe", "readinessProbe", "livenessProbe"):
         container.pop(key, None)
     return pod

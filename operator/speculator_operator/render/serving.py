@@ -328,6 +328,7 @@ def render(inputs: Inputs) -> Rendered:
     # a group's launch arguments are part of what must move together (one node adds none: its revision is as before)
     args = [*args, *group.group_args(lay, group.LEADER)]
     revision = inputs.keep_revision or revision_hash(inputs, args)
+    args = [*args, *group.rendezvous(lay, revision)]
     resources = {k: dict(v) for k, v in (spec.serving.resources or {}).items()}
     resources.setdefault("limits", {}).setdefault(GPU, lay.gpus_per_pod)
     resources.setdefault("requests", {}).setdefault(GPU, resources["limits"][GPU])
