@@ -346,3 +346,15 @@ def test_the_cpu_launcher_refuses_a_headless_rank_with_its_reason(
     monkeypatch.setenv(serve.LAUNCHER_ENV, "api-server")
     assert serve.exec_vllm(["serve", "/m", "--nnodes", "2", "--node-rank", "1", "--headless"]) == 2
     assert "cannot run a headless rank" in log.read_text()
+
+
+def test_a_rolling_group_is_read_again_and_a_layout_change_ends_when_ready() -> None:
+    from speculator_operator.planning.deployment import group_poll_due, layout_change_done
+
+    deploying, ready = SpeculatorDeploymentStatus(phase="Deploying"), SpeculatorDeploymentStatus(phase="Ready")
+    assert group_poll_due(spec(parallelism={"tensor": 2, "nodes": 2}), deploying)
+    assert not group_poll_due(spec(parallelism={"tensor": 2, "nodes": 2}), ready)
+    assert not group_poll_due(spec(), deploying)  # a Deployment's watch brings its changes
+    assert layout_change_done(deploying, ready)
+    assert not layout_change_done(ready, ready)
+    assert not layout_change_done(deploying, deploying)

@@ -6,7 +6,6 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any, cast
 
 import kopf
@@ -34,6 +33,8 @@ from speculator_operator.planning.deployment import (
     Plan,
     apply_failed,
     failed,
+    group_poll_due,
+    layout_change_done,
     needs_pods,
     plan,
     refresh_serving,
@@ -57,7 +58,7 @@ from speculator_operator.planning.retrain import (
 )
 from speculator_operator.planning.watched import pods_agree
 from speculator_operator.render import group
-from speculator_operator.render.serving import workload_kind, workload_name
+from speculator_operator.render.serving import group_name, workload_kind, workload_name
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.runtime.controller import HOOKS, PassStatus
@@ -121,7 +122,7 @@ def other_workload(namespace: str, name: str, spec: SpeculatorDeploymentSpec) ->
         return current_child(namespace, name)
     if not kube.api_served(group.API_VERSION):
         return None
-    return current_child(namespace, workload_name(name, replace(layout, nodes=2)), group.API_VERSION, group.KIND)
+    return current_child(namespace, group_name(name), group.API_VERSION, group.KIND)
 
 
 def _observe_inputs(
@@ -324,7 +325,7 @@ class _Pass:
             pods = seen.pods if seen is not None and agree else deployment_pods(self.namespace, self.name)
         new = refresh_serving(parsed, current, child, self.generation, pods)
         self.status.set(new, cause)
-        if new.phase == "Ready" and current.phase != "Ready":
+        if layout_change_done(current, new):
             # a layout change is done when the new workload is ready: the one of the other kind goes
             other = other_workload(self.namespace, self.name, parsed)
             if other is not None:
@@ -428,8 +429,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         return Result(after=RETRY_SECONDS, cause=Cause.RETRY)
     if waits_for_group_api(one.status.status):
         return Result(after=RESYNC_SECONDS, cause=Cause.RETRY)  # the next reconcile asks discovery again
-    if parsed is not None and parsed.serving.layout.multi_node and one.status.status.phase == "Deploying":
-        # no watch follows LeaderWorkerSets (their API may come and go): a rolling group is read again soon
+    if parsed is not None and group_poll_due(parsed, one.status.status):
         return Result(after=GROUP_POLL_SECONDS, cause=Cause.CHILD)
     return DONE
 

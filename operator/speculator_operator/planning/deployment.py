@@ -290,6 +290,18 @@ def waits_for_group_api(status: SpeculatorDeploymentStatus) -> bool:
     return ready is not None and ready.reason == ServingReason.LWS_UNAVAILABLE
 
 
+def layout_change_done(before: SpeculatorDeploymentStatus, after: SpeculatorDeploymentStatus) -> bool:
+    """Whether a refresh just made the workload ready: the moment a workload of the other kind, left from a layout
+    change, is retired."""
+    return after.phase == "Ready" and before.phase != "Ready"
+
+
+def group_poll_due(spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus) -> bool:
+    """Whether the pass asks to run again soon: a LeaderWorkerSet rolling out (no watch follows its kind, whose API
+    may come and go; pod events alone miss its status catching up)."""
+    return spec.serving.layout.multi_node and status.phase == "Deploying"
+
+
 def retire(
     other: dict[str, Any], revision: str | None, spec: SpeculatorDeploymentSpec
 ) -> tuple[tuple[str, str, str], tuple[str, str, str]]:

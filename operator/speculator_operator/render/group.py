@@ -54,18 +54,14 @@ def rendezvous(layout: Layout, revision: str) -> list[str]:
     return ["--master-port", str(MASTER_PORT_BASE + int(revision, 16) % MASTER_PORTS)]
 
 
-def worker_pod(leader: dict[str, Any], layout: Layout) -> dict[str, Any]:
+def worker_pod(leader: dict[str, Any], worker_args: list[str]) -> dict[str, Any]:
     """The worker pods' spec from the leader's: the same stage containers (each pod stages and audits the draft),
-    the same command with the worker's rank and --headless, and no HTTP probes or port (a headless rank serves no
-    HTTP). A rank that stalls stalls the engine: the leader's /health fails, its liveness probe restarts it, and the
-    group is recreated as a unit (RecreateGroupOnPodRestart)."""
+    the same command with `worker_args` (the engine's arguments with the worker's rank and --headless), and no HTTP
+    probes or port (a headless rank serves no HTTP). A rank that stalls stalls the engine: the leader's /health
+    fails, its liveness probe restarts it, and the group is recreated as a unit (RecreateGroupOnPodRestart)."""
     pod = copy.deepcopy(leader)
     container = pod["containers"][0]
-    args = container["args"]
-    start = len(args) - 1 - args[::-1].index("--nnodes")  # the group's own arguments come last
-    tail = args[start:]
-    port = tail[tail.index("--master-port") : tail.index("--master-port") + 2] if "--master-port" in tail else []
-    container["args"] = [*args[:start], *group_args(layout, WORKER), *port]
+    container["args"] = list(worker_args)
     for key in ("ports", "startupProbe", "readinessProbe", "livenessProbe"):
         container.pop(key, None)
     return pod
@@ -75,6 +71,7 @@ def leader_worker_set(
     meta: dict[str, Any],
     template_meta: dict[str, Any],
     leader: dict[str, Any],
+    worker_args: list[str],
     layout: Layout,
     replicas: int,
 ) -> dict[str, Any]:
@@ -101,7 +98,7 @@ def leader_worker_set(
                 "size": layout.nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": template(LEADER, leader),
-                "workerTemplate": template(WORKER, worker_pod(leader, layout)),
+                "workerTemplate": template(WORKER, worker_pod(leader, worker_args)),
             },
         },
     }

@@ -326,9 +326,11 @@ def render(inputs: Inputs) -> Rendered:
         raise RenderError(refusal, LAYOUT_UNSUPPORTED)
     args, config, notes = vllm_args(inputs)
     # a group's launch arguments are part of what must move together (one node adds none: its revision is as before)
-    args = [*args, *group.group_args(lay, group.LEADER)]
+    engine = args
+    args = [*engine, *group.group_args(lay, group.LEADER)]
     revision = inputs.keep_revision or revision_hash(inputs, args)
-    args = [*args, *group.rendezvous(lay, revision)]
+    port = group.rendezvous(lay, revision)
+    args = [*args, *port]
     resources = {k: dict(v) for k, v in (spec.serving.resources or {}).items()}
     resources.setdefault("limits", {}).setdefault(GPU, lay.gpus_per_pod)
     resources.setdefault("requests", {}).setdefault(GPU, resources["limits"][GPU])
@@ -416,9 +418,9 @@ def render(inputs: Inputs) -> Rendered:
     if lay.multi_node:
         # one group per replica; the Service and the scrape reach the leaders only (the API server, /metrics)
         meta = {**_meta(inputs, workload_name(name, lay)), "annotations": {REVISION_LABEL: revision}}
-        workload = group.leader_worker_set(
-            meta, {"labels": pod_labels, "annotations": pod_annotations}, pod, lay, spec.serving.replicas
-        )
+        worker_args = [*engine, *group.group_args(lay, group.WORKER), *port]
+        template_meta = {"labels": pod_labels, "annotations": pod_annotations}
+        workload = group.leader_worker_set(meta, template_meta, pod, worker_args, lay, spec.serving.replicas)
         selector = {**selector, ROLE_LABEL: group.LEADER}
     else:
         workload = _deployment(inputs, revision, pod_labels, pod_annotations, pod)
@@ -440,7 +442,12 @@ def render(inputs: Inputs) -> Rendered:
 def workload_name(name: str, layout: Layout) -> str:
     """The serving workload's name: the deployment's own for a Deployment; for a LeaderWorkerSet a name of its own,
     since the LeaderWorkerSet controller makes a headless Service of that name (the client Service keeps `name`)."""
-    return f"{name}{GROUP_SUFFIX}" if layout.multi_node else name
+    return group_name(name) if layout.multi_node else name
+
+
+def group_name(name: str) -> str:
+    """The LeaderWorkerSet of the deployment `name` (whatever its layout now: a layout change looks for it)."""
+    return f"{name}{GROUP_SUFFIX}"
 
 
 def workload_kind(layout: Layout) -> tuple[str, str]:

@@ -157,12 +157,12 @@ def server(inputs: Inputs, role: str) -> list[dict[str, Any]]:
         livenessProbe={"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 6},
     )
     lay = spec.hidden_states.layout
-    refusal = lay.problem()
-    if refusal is None and lay.nodes > inputs.release.parallel.max_nodes:
-        refusal = f"release {inputs.release.name} serves at most {inputs.release.parallel.max_nodes} node(s) per server"
+    # the evaluation server serves the run's draft: the same refusals as a deployment's
+    refusal = inputs.release.parallel.refusal(inputs.release.name, lay, spec.algorithm)
     if refusal:
         raise RenderError(f"hiddenStates.parallelism: {refusal}", LAYOUT_UNSUPPORTED)
-    container["args"] = [*container["args"], *group.group_args(lay, group.LEADER)]
+    engine = container["args"]
+    container["args"] = [*engine, *group.group_args(lay, group.LEADER)]
     pod = common.make_pod(inputs, role, spec.stages.server, container, lay.gpus_per_pod)
     selector = {**labels(inputs.name, role)}
     replicas = spec.hidden_states.replicas if role == "extractor" else 1
@@ -171,7 +171,8 @@ def server(inputs: Inputs, role: str) -> list[dict[str, Any]]:
         # rank gets the same arguments (the hidden-state connector's among them) and the same workspace mount
         meta = common.make_meta(inputs, workload_name(name, lay), role)
         pod_meta = {"labels": pod["metadata"]["labels"], "annotations": pod["metadata"].get("annotations", {})}
-        workload = group.leader_worker_set(meta, pod_meta, pod["spec"], lay, replicas)
+        worker_args = [*engine, *group.group_args(lay, group.WORKER)]
+        workload = group.leader_worker_set(meta, pod_meta, pod["spec"], worker_args, lay, replicas)
         selector = {**selector, ROLE_LABEL: group.LEADER}
     else:
         workload = {
