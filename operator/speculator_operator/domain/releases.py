@@ -154,6 +154,12 @@ class ParallelSupport:
         return None
 
 
+# vLLM issue 49548: a schedule's downgrade from full to piecewise CUDA graphs cost 14 % single-stream (59.6 -> 50.0
+# tokens/s, an MTP K=2 pair on a GPU); 49986 measured more under load. The smaller, single-stream figure is the default:
+# a sweep's curve decides whether a schedule is worth it, this only keeps a schedule from looking free.
+SCHEDULE_COST = 0.14
+
+
 @dataclass(frozen=True)
 class Release:
     name: str
@@ -166,6 +172,9 @@ class Release:
     verified_how: str = ""
     notes: str = ""
     parallel: ParallelSupport = field(default_factory=ParallelSupport)
+    # the throughput a per-batch-size schedule costs at every batch size, its K = 0 ranges included: any schedule
+    # turns off vLLM's uniform decode padding and full CUDA graphs (docs/concepts/sweep.md)
+    schedule_cost: float = SCHEDULE_COST
 
     @property
     def vllm_version(self) -> Version:
@@ -188,6 +197,8 @@ class Release:
         name = "trainer" if role == "trainer" else "server"
         suffix = "-cpu" if variant == "cpu" and name == "server" else ""
         return f"{image_repository()}/{name}:{self.name}-{package_tag()}{suffix}"
+
+
 
 
 def _release(
