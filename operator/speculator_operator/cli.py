@@ -98,9 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="add the speculative config the audited checkpoint calls for (--draft: a run's checkpoints)",
     )
     sv.add_argument("--num-speculative-tokens", type=int, help="K with --speculate (default: the checkpoint's)")
+    sv.add_argument("--half-k", action="store_true", help="with --speculate: serve half the K, rounded up (a sweep)")
+    sv.add_argument("--device-file", help="write the device and the K served here first (a sweep's server)")
     sv.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then the vLLM arguments (serve MODEL ...)")
 
     vl = sub.add_parser("vllm", help="(in pods) exec vLLM with the given arguments (no draft to audit)")
+    vl.add_argument("--device-file", help="write the device (and K 0) here first (a sweep's plain server)")
     vl.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then the vLLM arguments (serve MODEL ...)")
 
     tr = sub.add_parser("trainer", help="(in the trainer image) the stages of a SpeculatorTrainJob")
@@ -138,6 +141,21 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--k", type=int, help="K the server drafts with (default: the checkpoint's)")
     ev.add_argument("--min-acceptance", type=float)
     ev.add_argument("--min-speedup", type=float)
+    sw = trs.add_parser("sweep", help="measure one server's throughput against concurrency (exit 6: a point failed)")
+    sw.add_argument("--endpoint", required=True, help="the vLLM server, http://host:port")
+    sw.add_argument("--model", required=True, help="its served model name")
+    sw.add_argument("--checkpoint", required=True, help="the run's checkpoint folder (for K)")
+    sw.add_argument("--label", required=True, choices=("k", "half", "plain"), help="which K this server serves")
+    sw.add_argument("--k", type=int, help="the evaluated K (default: the checkpoint's)")
+    sw.add_argument("--device-file", required=True, help="where the server's entrypoint wrote its device and K")
+    prompts = sw.add_mutually_exclusive_group(required=True)
+    prompts.add_argument("--prompts-file", help="JSON lines with prompt_token_ids or prompt")
+    prompts.add_argument("--prompts-json", help="a JSON list of prompt strings")
+    sw.add_argument("--concurrencies", required=True, help="comma-separated, e.g. 1,2,4")
+    sw.add_argument("--rounds", type=int, default=2, help="requests per point: rounds × concurrency")
+    sw.add_argument("--max-tokens", type=int, default=64)
+    sw.add_argument("--seed", type=int, default=0)
+    sw.add_argument("--timeout", type=float, default=3600, help="seconds for this server's whole sweep")
     au = trs.add_parser("audit", help="audit the trained checkpoint (exit 1: errors, 2: unreadable)")
     au.add_argument("checkpoints")
     au.add_argument("--verifier", required=True)
@@ -152,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     pb.add_argument("--release", required=True)
     pb.add_argument("--uri", help="the target as the user named it (pvc://claim/path for a mounted folder)")
     pb.add_argument("--evaluation", type=json.loads, help="the evaluate stage's measure (JSON) for the record")
+    pb.add_argument("--sweep", type=json.loads, help="the sweep's curve (JSON) for the record")
 
     rn = sub.add_parser("run", help="run the operator (kopf) against the cluster of KUBECONFIG or in-cluster")
     scope = rn.add_mutually_exclusive_group()
@@ -414,6 +433,10 @@ def _trainer(args: argparse.Namespace) -> int:
         from speculator_operator.pods import evaluate as evaluation
 
         return evaluation.main(args)
+    if args.trainer_command == "sweep":
+        from speculator_operator.pods import sweep
+
+        return sweep.main(args)
     if args.trainer_command == "audit":
         return trainer.audit_checkpoint(args.checkpoints, args.verifier, args.release)
     return trainer.publish(
@@ -426,6 +449,7 @@ def _trainer(args: argparse.Namespace) -> int:
         verifier_content=args.verifier_content,
         uri=args.uri,
         evaluation=args.evaluation,
+        sweep=args.sweep,
     )
 
 
@@ -455,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "vllm":
             from speculator_operator.pods.serve import exec_vllm
 
-            return exec_vllm(args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args)
+            rest = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
+            return exec_vllm(rest, args.device_file)
         if args.command == "trainer":
             return _trainer(args)
         if args.command == "serve":
@@ -472,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
                 verifier_content=args.verifier_content,
                 speculate=args.speculate,
                 k=args.num_speculative_tokens,
+                half_k=args.half_k,
+                device_file=args.device_file,
             )
         parser.print_help(sys.stderr)
         return 2

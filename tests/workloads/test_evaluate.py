@@ -207,3 +207,136 @@ def test_a_server_without_the_draft_is_zero_drafts(
     assert got == 4, stderr[-3000:]
     assert reported["evaluation"]["outcome"] == "ZeroDrafts"
     assert reported["evaluation"]["tokens"] == HELD_OUT * 16
+
+
+# ---- the sweep (spec.evaluation.sweep): one server lifetime per K, the curve assembled as the planner does ----------
+
+SWEEP_K = 3  # the sweep measures K = 3, ⌈3/2⌉ = 2 and plain decoding
+SWEEP_SPEC: dict[str, Any] = {
+    **SPEC,
+    "evaluation": {
+        **SPEC["evaluation"],
+        "numSpeculativeTokens": SWEEP_K,
+        "sweep": {"maxConcurrency": 64, "rounds": 1, "timeoutSeconds": 900},
+    },
+}
+
+
+def run_client(stage: Any, workspace: Path, endpoint: str, report: Path) -> subprocess.Popen[str]:
+    argv = container_argv(stage.children[0], workspace)
+    argv = [a.replace(f"http://tiny-{stage.server}.ml.svc:8000", endpoint) for a in argv]
+    env = {
+        **os.environ,
+        "SPECULATOR_REPORT_PATH": str(report),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_the_sweep_measures_every_k_and_concurrency_into_one_consistent_curve(
+    vllm_env: Path, known_pair: dict[str, Path], workspace_with_held_out: Path, tmp_path: Path
+) -> None:
+    from speculator_operator.api.podcontract import StageReport
+    from speculator_operator.domain.releases import get_release as release
+    from speculator_operator.domain.sweep import PLAIN, choose
+    from speculator_operator.planning.sweep import curve_of
+
+    ws = workspace_with_held_out
+    shutil.rmtree(ws / "checkpoints", ignore_errors=True)
+    shutil.copytree(known_pair["agree"], ws / "checkpoints")
+    inputs = rendered(SWEEP_SPEC)
+    planned = [s for s in stages(inputs) if s.name.startswith("sweep-")]
+    assert [(s.name, s.server) for s in planned] == [
+        ("sweep-k", "evaluator"),
+        ("sweep-half", "sweep-half"),
+        ("sweep-plain", "sweep-plain"),
+    ]
+    reports: dict[str, StageReport] = {}
+    t0 = time.monotonic()
+    for stage in planned:
+        assert stage.server is not None
+        srv = start_server(vllm_env, inputs, stage.server, ws, tmp_path / f"{stage.name}.log")
+        try:
+            client = run_client(stage, ws, srv.url(""), tmp_path / f"{stage.name}.report")
+            _, stderr = client.communicate(timeout=900)
+        finally:
+            srv.stop()
+        assert client.returncode == 0, stderr[-3000:]
+        reports[stage.name] = StageReport.model_validate_json((tmp_path / f"{stage.name}.report").read_text())
+    seconds = time.monotonic() - t0
+    assembled = curve_of(reports, stages(inputs))
+    assert assembled.problem is None
+    curve = assembled.curve
+    assert curve is not None
+    assert curve.device == "cpu"
+    assert curve.ks == (SWEEP_K, 2)
+    assert curve.concurrencies == (1, 2, 4)  # up to the held-out prompts, not maxConcurrency
+    for p in curve.points:
+        assert p.requests == p.concurrency  # one round
+        assert p.tokens == p.requests * 16  # tokens counted = the requests' completions (EOS ignored)
+        assert p.itl_ms is not None
+        assert p.itl_ms > 0
+        assert p.running is not None
+        assert 0 < p.running <= p.concurrency  # decoding requests per step (a prefill step has none)
+        if p.k == PLAIN:
+            assert p.drafts is None
+        else:
+            assert p.drafts is not None
+            assert p.drafts > 0
+            assert p.accepted == p.drafts * p.k  # the agreeing draft: every drafted token accepted
+    choice = choose(curve, max_num_seqs=256, k_limit=SWEEP_K, schedule_cost=release().schedule_cost)
+    print(f"\nsweep: {len(curve.points)} points, 3 server lifetimes in {seconds:.0f} s; choice: {choice}")
+    for c in curve.concurrencies:
+        row = ", ".join(f"K={k}: {curve.rate(k, c):.1f} tok/s ITL {curve.at(k, c).itl_ms} ms" for k in (*curve.ks, 0))
+        print(f"  c={c}: {row}; best K={curve.best(c)}")
+
+
+def test_a_server_killed_mid_sweep_fails_the_stage_naming_the_point(
+    vllm_env: Path, known_pair: dict[str, Path], workspace_with_held_out: Path, tmp_path: Path
+) -> None:
+    from speculator_operator.api.podcontract import StageReport
+    from speculator_operator.planning.sweep import failed_at, failure_words
+
+    ws = workspace_with_held_out
+    shutil.rmtree(ws / "checkpoints", ignore_errors=True)
+    shutil.copytree(known_pair["agree"], ws / "checkpoints")
+    spec = {**SWEEP_SPEC, "evaluation": {**SWEEP_SPEC["evaluation"], "maxTokens": 256}}
+    spec["evaluation"]["sweep"] = {**spec["evaluation"]["sweep"], "rounds": 8}
+    inputs = rendered(spec)
+    stage = next(s for s in stages(inputs) if s.name == "sweep-plain")
+    assert stage.server is not None
+    srv = start_server(vllm_env, inputs, stage.server, ws, tmp_path / "plain.log")
+    report = tmp_path / "sweep.report"
+    try:
+        client = run_client(stage, ws, srv.url(""), report)
+        # the warm-up request is answered: the sweep's points are under way; the server goes
+        wait_for_tokens(srv.url("/metrics"), 256, client)
+        srv.stop()
+        _, stderr = client.communicate(timeout=300)
+    finally:
+        srv.stop()
+    assert client.returncode == 6, stderr[-3000:]
+    left = StageReport.model_validate_json(report.read_text())
+    where = failed_at(left)
+    assert where is not None
+    assert where["k"] == 0
+    assert where["concurrency"] in (1, 2, 4)
+    assert left.sweep is not None
+    assert len(left.sweep["points"]) == [1, 2, 4].index(where["concurrency"])  # the points before it, not whole
+    words = failure_words("sweep-plain", left, "Job failed")
+    assert f"concurrency {where['concurrency']}" in words
+    print(f"\nkilled mid-sweep: {words}")
+
+
+def wait_for_tokens(metrics: str, tokens: int, client: subprocess.Popen[str]) -> None:
+    """Until vLLM has counted `tokens` generated tokens (or the client ended)."""
+    import urllib.request
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and client.poll() is None:
+        with urllib.request.urlopen(metrics, timeout=10) as resp:
+            for line in resp.read().decode().splitlines():
+                if line.startswith("vllm:generation_tokens_total") and float(line.split()[-1]) >= tokens:
+                    return
+        time.sleep(0.2)
+    raise AssertionError("vLLM never counted the warm-up's tokens")

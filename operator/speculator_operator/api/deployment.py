@@ -188,6 +188,13 @@ class Serving(Model):
         "layout: tensor × pipeline × data / nodes.",
     )
     node_selector: dict[str, str] | None = None
+    device_class: str | None = Field(
+        default=None,
+        max_length=128,
+        description="The accelerator the replicas run on, as a sweep names it (e.g. NVIDIA H100 80GB HBM3, or cpu): a "
+        "draft's measured sweep is used only on the device class it ran on. Default: nodeSelector's "
+        "nvidia.com/gpu.product (GPU feature discovery's label), else cpu where the pods ask for no GPU.",
+    )
     tolerations: list[dict[str, Any]] | None = Field(
         default=None, json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
     )
@@ -325,9 +332,30 @@ class Acceptance(Model):
     load: AcceptanceLoad | None = None
 
 
+class SweepRef(Model):
+    job: str | None = Field(default=None, description="The train job whose evaluate stage measured it.")
+    device: str | None = Field(default=None, description="The device class it ran on.")
+    digest: str | None = Field(default=None, description="sha256 of the curve (the published provenance record's).")
+
+
 class PairEconomics(Model):
     cost_ratio: float | None = Field(default=None, description="Draft / verifier parameters touched per token.")
     max_k: int | None = Field(default=None, description="The checkpoint's speculative_tokens.")
+    source: Literal["parameters", "sweep", "live"] | None = Field(
+        default=None,
+        description="Where the cost behind breakEvenAlpha, predictedSpeedup and recommendedK comes from: parameter "
+        "counts, the draft's measured sweep (on this device class), or live step times against the sweep's.",
+    )
+    effective_cost_ratio: float | None = Field(
+        default=None, description="The draft's cost per forward relative to a plain step, as measured (sweep or live)."
+    )
+    schedule_from: Literal["numSpeculativeTokens", "cutoff", "tuning", "sweep", "checkpoint"] | None = Field(
+        default=None,
+        description="What set the served K and schedule, in precedence order: the spec's K, its cutoff, Auto tuning, "
+        "the measured sweep, else the checkpoint's K at every batch size.",
+    )
+    sweep: SweepRef | None = Field(default=None, description="The measured sweep used, where one is.")
+    note: str | None = Field(default=None, description="Why a measured sweep is not used, where the draft has one.")
 
 
 class TuningPending(Model):

@@ -47,6 +47,7 @@ class ExitCode(IntEnum):
     BELOW_THRESHOLD = 3  # evaluate: acceptance or predicted speedup below the spec's bound
     ZERO_DRAFTS = 4  # evaluate: vLLM made no drafts (it served without speculation)
     SERVER_NOT_READY = 5  # evaluate: the evaluation server was not ready within the stage's timeout
+    SWEEP_FAILED = 6  # sweep: a point could not be measured (a server gone, a refused request, the timeout)
 
 
 class EvaluationOutcome(StrEnum):
@@ -102,6 +103,7 @@ class StageReport(BaseModel):
     digest: str | None = None  # publish: the content digest
     evaluation: dict[str, Any] | None = None  # evaluate: what was measured, with `outcome`
     message: str | None = None  # evaluate: the verdict in words
+    sweep: dict[str, Any] | None = None  # sweep: {label, k, device, points} of one server lifetime, or {failedAt}
 
     def encode(self) -> str:
         """The termination message: compact JSON within REPORT_LIMIT (the audit's findings are cut first)."""

@@ -23,7 +23,7 @@ from speculator_operator.domain.algorithms import Algorithm as Algo
 Algorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]
 Phase = Literal[
     "Pending", "Regenerating", "Preparing", "Extracting", "Training", "Converting", "Stitching", "Auditing",
-    "Evaluating", "Publishing", "Succeeded", "Failed",
+    "Evaluating", "Sweeping", "Publishing", "Succeeded", "Failed",
 ]  # fmt: skip
 StagePhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
@@ -147,6 +147,34 @@ class Convert(Model):
     )
 
 
+class Sweep(Model):
+    """A measured throughput-versus-interactivity sweep after the acceptance gate (docs/concepts/sweep.md): the pinned
+    vLLM serves the pair once per K (the evaluated K, half of it rounded up, and plain decoding without a draft), and
+    closed-loop clients measure output tokens/s, vLLM's inter-token latency and running requests at concurrencies
+    1, 2, 4 … up to maxConcurrency. The curve is published in the provenance record beside the draft; a
+    SpeculatorDeployment serving the draft on the same device class renders its per-batch-size schedule from it."""
+
+    max_concurrency: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="The highest concurrency measured (never above the number of prompts evaluated).",
+    )
+    rounds: int = Field(
+        default=2,
+        ge=1,
+        le=32,
+        description="Requests per point: rounds × concurrency (each client sends this many, one after another).",
+    )
+    timeout_seconds: int = Field(
+        default=3600,
+        ge=60,
+        le=86_400,
+        description="How long each of the sweep's server lifetimes may take, its vLLM server's start included: a sweep "
+        "that is not done by then fails the job (SweepFailed) at the point it reached.",
+    )
+
+
 class Evaluation(Model):
     """The acceptance gate before publish: the pinned vLLM serves the verifier with the audited draft, the
     held-out prompts are sent to it with fixed sampling, and acceptance is read from vLLM's own counters.
@@ -189,6 +217,9 @@ class Evaluation(Model):
         le=86_400,
         description="How long the stage may take, its vLLM server's start included: a server that is not ready "
         "by then fails the job (EvaluationServerNotReady).",
+    )
+    sweep: Sweep | None = Field(
+        default=None, description="Measure throughput against concurrency per K after the gate (off by default)."
     )
 
 
@@ -508,6 +539,29 @@ class Progress(Model):
     updated: str | None = Field(default=None, description="When the live values last changed.")
 
 
+class SweepBest(Model):
+    concurrency: int
+    best_k: int = Field(description="The fastest K measured at this concurrency (0: plain decoding).")
+    tokens_per_second: float | None = None
+    plain_tokens_per_second: float | None = None
+    speedup: float | None = Field(default=None, description="The best K's throughput over plain decoding's.")
+
+
+class SweepSummary(Model):
+    """What the sweep measured, in short (the whole curve is in the published provenance record)."""
+
+    device: str | None = Field(default=None, description="The device class the servers ran on (cpu, or the GPU's).")
+    ks: list[int] | None = Field(default=None, description="The speculative Ks measured besides plain decoding.")
+    best: list[SweepBest] | None = None
+    crossover: int | None = Field(
+        default=None, description="The lowest concurrency from which plain decoding was as fast as every K."
+    )
+    digest: str | None = Field(default=None, description="sha256 of the curve as published.")
+    failed_at: dict[str, int] | None = Field(
+        default=None, description="The point ({k, concurrency}) a failed sweep reached; nothing was published."
+    )
+
+
 class EvaluationResult(Model):
     """What the evaluate stage measured (vLLM's spec-decode counters over the evaluated requests)."""
 
@@ -531,6 +585,7 @@ class EvaluationResult(Model):
         default=None, description="How long the evaluation server was waited for, when it never became ready."
     )
     timeout_seconds: int | None = Field(default=None, description="The evaluation.timeoutSeconds it was held to.")
+    sweep: SweepSummary | None = Field(default=None, description="The throughput sweep, when evaluation.sweep asks.")
 
 
 class CheckpointRef(Model):

@@ -152,7 +152,9 @@ def _economics(status: SpeculatorDeploymentStatus) -> Economics | None:
         return None
     econ = status.economics or PairEconomics()
     max_k = econ.max_k if econ.max_k is not None else k
-    return Economics(k=k, algorithm=algorithm, cost_ratio=econ.cost_ratio, max_k=max_k)
+    # the measured cost where there is one (a sweep on this device class: planning/measured.py), else the parameters'
+    cost = econ.effective_cost_ratio if econ.effective_cost_ratio is not None else econ.cost_ratio
+    return Economics(k=k, algorithm=algorithm, cost_ratio=cost, max_k=max_k)
 
 
 def _publish(namespace: str, name: str, acc: Acceptance) -> None:

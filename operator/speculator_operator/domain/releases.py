@@ -199,8 +199,6 @@ class Release:
         return f"{image_repository()}/{name}:{self.name}-{package_tag()}{suffix}"
 
 
-
-
 def _release(
     name: str,
     *,
@@ -208,6 +206,7 @@ def _release(
     verified_how: str = "",
     notes: str = "",
     parallel: ParallelSupport | None = None,
+    schedule_cost: float = SCHEDULE_COST,
     **versions: str,
 ) -> Release:
     return Release(
@@ -216,6 +215,7 @@ def _release(
         verified_how=verified_how,
         notes=notes,
         parallel=parallel or ParallelSupport(),
+        schedule_cost=schedule_cost,
         **versions,
     )
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -184,22 +183,17 @@ class Curve:
         for c in self.concurrencies:
             k = self.best(c)
             plain = self.rate(PLAIN, c)
-            rows.append(
-                {
-                    "concurrency": c,
-                    "bestK": k,
-                    "tokensPerSecond": round(self.rate(k, c), 2),
-                    "plainTokensPerSecond": round(plain, 2),
-                    "speedup": round(self.rate(k, c) / plain, 3) if plain > 0 else None,
-                }
-            )
-        return {
-            "device": self.device,
-            "ks": list(self.ks),
-            "best": rows,
-            "crossover": self.crossover(),
-            "digest": self.digest(),
-        }
+            row = {
+                "concurrency": c,
+                "bestK": k,
+                "tokensPerSecond": round(self.rate(k, c), 2),
+                "plainTokensPerSecond": round(plain, 2),
+                "speedup": round(self.rate(k, c) / plain, 3) if plain > 0 else None,
+            }
+            rows.append({k: v for k, v in row.items() if v is not None})
+        out = {"device": self.device, "ks": list(self.ks), "best": rows, "crossover": self.crossover(),
+               "digest": self.digest()}  # fmt: skip
+        return {k: v for k, v in out.items() if v is not None}  # as the API server stores it
 
 
 def assemble(device: str, parts: Iterable[Mapping[str, Any]]) -> Curve:

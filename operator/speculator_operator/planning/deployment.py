@@ -39,6 +39,7 @@ from speculator_operator.domain.checkpoint import AuditReport, Checkpoint, Manif
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning.adoption import kept_revision
 from speculator_operator.planning.inputs import AuditedReason, ServingReason, VerifierReason
+from speculator_operator.planning.measured import measured, with_measured
 from speculator_operator.planning.pods import first_problem
 from speculator_operator.planning.tuning import applied
 from speculator_operator.planning.watched import whole_groups
@@ -216,6 +217,9 @@ def plan(
     except RenderError as exc:
         return failed(obs, AuditedReason.FAILED, str(exc))
     tuned = applied(spec, obs.status.tuning, draft.speculative_tokens)
+    found = measured(spec, release, ck.provenance, draft.algorithm, draft.speculative_tokens, tuned)
+    common["economics"] = with_measured(common["economics"], found)
+    tuned = tuned or found.tuned
     inputs = Inputs(
         name,
         namespace,

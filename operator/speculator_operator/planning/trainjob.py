@@ -27,7 +27,7 @@ Condition reasons:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -40,6 +40,7 @@ from speculator_operator.domain.releases import Release
 from speculator_operator.planning import progress
 from speculator_operator.planning.inputs import ServingReason
 from speculator_operator.planning.retention import retention_due
+from speculator_operator.planning.sweep import SWEEP_FAILED, curve_of, failed_at, failure_words, is_sweep
 from speculator_operator.render import group
 from speculator_operator.render.serving import GROUP_SUFFIX, RenderError
 from speculator_operator.render.training import (
@@ -224,6 +225,7 @@ def plan(
                    f"{obs.verifier_max_positions}: vLLM would refuse the longer samples")  # fmt: skip
         return failed(obs, "InvalidSpec", message)
     evaluated = evaluation_of(obs)
+    passed = evaluated if evaluated and evaluated.get("outcome") == EvaluationOutcome.PASSED else None
     inputs = Inputs(
         name,
         namespace,
@@ -233,10 +235,18 @@ def plan(
         obs.verifier_layers,
         uid,
         obs.verifier_content,
-        evaluated if evaluated and evaluated.get("outcome") == EvaluationOutcome.PASSED else None,
+        passed,
     )
     try:
         all_stages = stages(inputs)
+        swept = curve_of(obs.reports, all_stages)
+        if swept.problem:
+            return failed(obs, SWEEP_FAILED, f"the sweep's points do not make one curve: {swept.problem}")
+        if swept.curve is not None and passed is not None:
+            # the curve goes into the published record whole, its summary into status.evaluation
+            evaluated = passed = {**passed, "sweep": swept.curve.summary()}
+            inputs = replace(inputs, evaluation=passed, sweep=swept.curve.wire())
+            all_stages = stages(inputs)
         for role in {s.server for s in all_stages if s.server}:
             server(inputs, role)  # an unrenderable server fails the run now, not when its stage comes
     except RenderError as exc:
@@ -273,6 +283,13 @@ def plan(
         if current.name == "evaluate" and evaluated and evaluated.get("outcome") in FAILED_EVALUATIONS:
             reason = str(evaluated["outcome"])
             message = f"stage evaluate: {_evaluation_words(evaluated)}; nothing was published"
+        if is_sweep(current.name):
+            reason = SWEEP_FAILED
+            left = obs.failed_reports.get(current.name)
+            message = failure_words(current.name, left, message)
+            where = failed_at(left)
+            if where is not None and evaluated:
+                fields["evaluation"] = {**evaluated, "sweep": {"failedAt": where}}
         status = evolve(
             current_status, gen, *conds,
             make_condition(gen, "Ready", False, "StageFailed", message),
@@ -300,6 +317,11 @@ def plan(
     elif current.server:
         apply += server(inputs, current.server)
         late = _server_late(spec, obs, current) or _still_late(obs, current, exists)
+        if late and is_sweep(current.name):
+            words = _late_words(
+                server_name(name, current.server), late, current.name, "evaluation.sweep.timeoutSeconds"
+            )
+            return failed(obs, SWEEP_FAILED, words, fields)
         if late:
             words = _late_words(server_name(name, current.server), late)
             return failed(obs, EvaluationOutcome.SERVER_NOT_READY, words, {**fields, "evaluation": late})
@@ -360,7 +382,13 @@ def _server_late(spec: SpeculatorTrainJobSpec, obs: Observed, stage: Stage) -> d
     """The evaluation (outcome EvaluationServerNotReady, how long it waited) once it has waited too long for its
     server; None while within evaluation.timeoutSeconds, counted from the server's creation (the client Job is
     bounded by the same limit once it runs)."""
-    if stage.name != "evaluate" or spec.evaluation is None or obs.jobs.get(stage.name) is not None:
+    if spec.evaluation is None or obs.jobs.get(stage.name) is not None:
+        return None
+    if stage.name == "evaluate":
+        limit = spec.evaluation.timeout_seconds
+    elif is_sweep(stage.name) and spec.evaluation.sweep is not None:
+        limit = spec.evaluation.sweep.timeout_seconds
+    else:
         return None
     dep = obs.servers.get(stage.server or "")
     created = ((dep or {}).get("metadata") or {}).get("creationTimestamp")
@@ -371,7 +399,6 @@ def _server_late(spec: SpeculatorTrainJobSpec, obs: Observed, stage: Stage) -> d
     except ValueError:
         return None
     waited = int((obs.now() - since).total_seconds())
-    limit = spec.evaluation.timeout_seconds
     if waited <= limit:
         return None
     return {"outcome": EvaluationOutcome.SERVER_NOT_READY.value, "serverWaitSeconds": waited, "timeoutSeconds": limit}
@@ -381,10 +408,14 @@ def _still_late(obs: Observed, stage: Stage, exists: bool) -> dict[str, Any] | N
     """A run failed because its evaluation server never became ready stays failed (its server is gone, so
     nothing else would hold it) until its spec changes, e.g. a longer evaluation.timeoutSeconds: the evaluation
     it stored says so. A run that fe501e0 failed so stored only the Failed condition's reason (read as the enum:
-    the run is not started again on an upgrade)."""
-    if stage.name != "evaluate" or exists or obs.status.phase != "Failed":
+    the run is not started again on an upgrade). A sweep stage whose server was never ready stays failed the same
+    way (its Failed reason SweepFailed, its stage the run's)."""
+    if exists or obs.status.phase != "Failed" or obs.status.observed_generation != obs.generation:
         return None
-    if obs.status.observed_generation != obs.generation:
+    if is_sweep(stage.name) and obs.status.stage == stage.name:
+        failed_ = conditions_of(obs.status).get("Failed")
+        return {"outcome": SWEEP_FAILED} if failed_ is not None and failed_.reason == SWEEP_FAILED else None
+    if stage.name != "evaluate":
         return None
     evaluation = obs.status.evaluation
     if evaluation is not None and evaluation.outcome == EvaluationOutcome.SERVER_NOT_READY:
@@ -395,12 +426,14 @@ def _still_late(obs: Observed, stage: Stage, exists: bool) -> dict[str, Any] | N
     return None
 
 
-def _late_words(server: str, evaluation: dict[str, Any]) -> str:
+def _late_words(
+    server: str, evaluation: dict[str, Any], stage: str = "evaluate", field_name: str = "evaluation.timeoutSeconds"
+) -> str:
     waited = evaluation.get("serverWaitSeconds")
     when = f"{waited} s after it was created" if waited is not None else "in time"
     limit = evaluation.get("timeoutSeconds")
-    bound = f" (evaluation.timeoutSeconds {limit})" if limit is not None else ""
-    return f"stage evaluate: its vLLM server {server} was not ready {when}{bound}; nothing was published"
+    bound = f" ({field_name} {limit})" if limit is not None else ""
+    return f"stage {stage}: its vLLM server {server} was not ready {when}{bound}; nothing was published"
 
 
 def _failure_message(stage: str, details: dict[str, Any], tail: str | None) -> str:

@@ -130,7 +130,7 @@ def result_fields(
 # ---- talking to vLLM ----------------------------------------------------------------------------------
 
 
-def _get(url: str, timeout: float = 10) -> tuple[int, str]:
+def http_get(url: str, timeout: float = 10) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - the stage's own server
             return resp.status, resp.read().decode("utf-8", "replace")
@@ -142,14 +142,14 @@ def _get(url: str, timeout: float = 10) -> tuple[int, str]:
 
 def wait_ready(endpoint: str, deadline: float) -> bool:
     while time.monotonic() < deadline:
-        if _get(f"{endpoint}/health", 5)[0] == 200:
+        if http_get(f"{endpoint}/health", 5)[0] == 200:
             return True
         time.sleep(2)
     return False
 
 
 def counters(endpoint: str) -> Sample:
-    code, text = _get(f"{endpoint}/metrics")
+    code, text = http_get(f"{endpoint}/metrics")
     if code != 200:
         raise MetricsError("Unreachable", f"GET {endpoint}/metrics answered {code or 'nothing'}")
     return parse_sample(text)

@@ -5,7 +5,10 @@
   rendered arguments. An audit error stops the container (exit 1) before any GPU memory is touched.
   With `--speculate` (a train job's evaluation server) the draft is the run's checkpoint folder and the
   speculative config is built from it here, after training wrote it.
-- `speculator-operator vllm -- VLLM_ARGS...`: exec vLLM (the train job's servers, no draft to audit).
+  `--half-k` serves ⌈K/2⌉ (the sweep's second K); `--device-file PATH` writes the device and the K served there first
+  (pods/device.py: the sweep's client reads it).
+- `speculator-operator vllm -- VLLM_ARGS...`: exec vLLM (the train job's servers, no draft to audit); with
+  `--device-file PATH` it writes the device (and K 0) first: the sweep's plain server.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from speculator_operator.api.podcontract import REPORT_LIMIT, REPORT_PATH_DEFAULT, ExitCode
 from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_checkpoint, read_verifier
 from speculator_operator.domain.releases import get_release
+from speculator_operator.pods.device import write_device_file
 from speculator_operator.render.serving import RenderError, draft_config, draft_of
 
 # How vLLM is started: "cli" (`vllm serve MODEL ...`, the server image) or "api-server"
@@ -76,11 +80,13 @@ def refuse_unexpanded(args: list[str]) -> int | None:
     return int(ExitCode.USAGE)
 
 
-def exec_vllm(args: list[str]) -> int:
+def exec_vllm(args: list[str], device_file: str | None = None) -> int:
     """Exec vLLM with exactly these arguments (the train job's plain and extraction servers)."""
     refused = refuse_unexpanded(args)
     if refused is not None:
         return refused
+    if device_file:
+        write_device_file(device_file, 0)
     argv = vllm_argv(args)
     print(f"vllm: exec {' '.join(argv)}", file=sys.stderr, flush=True)
     os.execvp(argv[0], argv)  # noqa: S606 - replacing this process with vLLM is the point
@@ -96,6 +102,8 @@ def serve(
     verifier_content: str | None = None,
     speculate: bool = False,
     k: int | None = None,
+    half_k: bool = False,
+    device_file: str | None = None,
 ) -> int:
     """Audit the draft where vLLM reads it, then exec vLLM. With `speculate` (a train job's evaluation
     server) `draft` is the run's checkpoint folder (its best or last epoch is taken) and the long-form
@@ -132,11 +140,15 @@ def serve(
     if speculate:
         try:
             facts = draft_of(load_checkpoint(draft))
-            config = draft_config(facts, release.vllm_version, k or facts.speculative_tokens, draft)
+            served = k or facts.speculative_tokens
+            served = -(-served // 2) if half_k else served
+            config = draft_config(facts, release.vllm_version, served, draft)
         except (CheckpointError, RenderError) as exc:
             print(f"serve: {exc}", file=sys.stderr)
             return 2
         args = [*args, "--speculative-config", json.dumps(config, separators=(",", ":"), sort_keys=True)]
+        if device_file:
+            write_device_file(device_file, served)
     argv = vllm_argv(args)
     print(f"serve: audit ok; exec {' '.join(argv)}", file=sys.stderr, flush=True)
     os.execvp(argv[0], argv)  # noqa: S606 - replacing this process with vLLM is the point

@@ -87,6 +87,7 @@ class Tuned:
 
     k: int
     schedule: tuple[tuple[int, int, int], ...] | None = None
+    source: str = "tuning"  # or "sweep": the draft's measured sweep (planning/measured.py)
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,10 @@ def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any] 
     k = num_speculative_tokens(inputs.spec, inputs.draft, inputs.tuned)
     if k == 0:
         draft_config(inputs.draft, vllm, 1, draft_path)  # an unservable draft is refused even when tuned off
+        if inputs.tuned is not None and inputs.tuned.source == "sweep":
+            said = ("the draft's measured sweep found plain decoding at least as fast at every concurrency on this "
+                    "device class; set numSpeculativeTokens to speculate anyway")  # fmt: skip
+            return None, [("SpeculationOff", said)]
         return None, [("SpeculationOff", "tuning switched speculation off; a probe revision measures it again")]
     config = draft_config(inputs.draft, vllm, k, draft_path)
     notes: list[tuple[str, str]] = []

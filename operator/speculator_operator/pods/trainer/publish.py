@@ -21,6 +21,7 @@ from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_di
 from speculator_operator.domain.checkpoint.manifest import LATEST
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE as MARKER
 from speculator_operator.domain.releases import get_release
+from speculator_operator.domain.sweep import Curve
 from speculator_operator.pods.trainer.report import report
 
 
@@ -112,11 +113,19 @@ def publish(
     verifier_content: str | None = None,
     uri: str | None = None,
     evaluation: dict[str, Any] | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> int:
     """Publish the audited checkpoint to its own immutable location under `target` (`uri` is how the
     user named a mounted folder target, e.g. pvc://claim/path) and report that location and the digest;
-    `evaluation`, the evaluate stage's measure, goes into the provenance record."""
+    `evaluation`, the evaluate stage's measure, and `sweep`, the sweep's whole curve (checked against the digest
+    the evaluation's summary names), go into the provenance record."""
     try:
+        if sweep is not None:
+            curve = Curve.from_wire(sweep)
+            named = ((evaluation or {}).get("sweep") or {}).get("digest")
+            if named != curve.digest():
+                raise ValueError(f"the sweep's curve is {curve.digest()}, the evaluation names {named}")
+            sweep = curve.wire()
         folder = checkpoint_dir(Path(root))
         files = _payload(folder, verifier)
         records = file_records(files)
@@ -141,6 +150,7 @@ def publish(
         "operator": __version__,
         "output": uri or target,
         "evaluation": evaluation,
+        "sweep": sweep,
         "files": records,
         "published": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
     }

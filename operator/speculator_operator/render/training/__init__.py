@@ -41,6 +41,7 @@ from speculator_operator.render.training.data import fetch_stage, needs_render, 
 from speculator_operator.render.training.evaluate import evaluate_stage
 from speculator_operator.render.training.finish import audit_stage, publish_stage
 from speculator_operator.render.training.hidden_states import extract_stage, kv_transfer_config, server, server_args
+from speculator_operator.render.training.sweep import sweep_stages
 from speculator_operator.render.training.train import (
     OWNED_TRAIN_FLAGS,
     TRAIN_FLAGS,
@@ -82,7 +83,8 @@ def stages(inputs: Inputs) -> list[Stage]:
     else:
         found = [fetch_stage(inputs), regenerate_stage(inputs), prepare_stage(inputs), extract_stage(inputs),
                  train_stage(inputs)]  # fmt: skip
-    found += [stitch_stage(inputs), audit_stage(inputs), evaluate_stage(inputs), publish_stage(inputs)]
+    found += [stitch_stage(inputs), audit_stage(inputs), evaluate_stage(inputs), *sweep_stages(inputs),
+              publish_stage(inputs)]  # fmt: skip
     return [s for s in found if s is not None]
 
 

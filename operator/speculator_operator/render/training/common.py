@@ -37,7 +37,8 @@ LOGS = f"{WORKSPACE}/logs"
 OUTPUT_MOUNT = "/output"
 RDZV_PORT = 29500
 TRAINER_GRACE_SECONDS = 180  # speculators saves `interrupted/` on SIGTERM within a 120 s watchdog
-SERVER_ROLES = ("verifier", "extractor", "evaluator")
+# the vLLM servers a stage may talk to (the sweep's two: render/training/sweep.py)
+SERVER_ROLES = ("verifier", "extractor", "evaluator", "sweep-half", "sweep-plain")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Inputs:
     owner_uid: str | None = None
     verifier_content: str | None = None  # the identity of the verifier files vLLM reads (provenance)
     evaluation: dict[str, Any] | None = None  # what the evaluate stage measured (for the published record)
+    sweep: dict[str, Any] | None = None  # the sweep's whole curve (domain/sweep.py), for the published record
 
 
 def final_checkpoint(inputs: Inputs) -> str:

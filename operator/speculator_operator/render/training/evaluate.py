@@ -16,7 +16,21 @@ from speculator_operator.api.podcontract import FAILED_EVALUATIONS, ExitCode
 from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.render.serving import PORT, parallel_args
 from speculator_operator.render.training import common
-from speculator_operator.render.training.common import HELD_OUT, VERIFIER, Inputs, Stage, final_checkpoint
+from speculator_operator.render.training.common import (
+    HELD_OUT,
+    VERIFIER,
+    WORKSPACE,
+    Inputs,
+    Stage,
+    final_checkpoint,
+)
+
+SWEEP_DIR = f"{WORKSPACE}/sweep"  # where the sweep's servers write their device and K (render/training/sweep.py)
+
+
+def device_file(role: str) -> str:
+    return f"{SWEEP_DIR}/{role}.device.json"
+
 
 # the exit codes that fail the Job at once: bad usage, and each failed evaluation (no retry can change them)
 FAIL_FAST = (int(ExitCode.USAGE), *(int(o.exit_code) for o in FAILED_EVALUATIONS))
@@ -72,12 +86,20 @@ def evaluator_args(inputs: Inputs) -> list[str]:
     ]  # fmt: skip
 
 
-def evaluator_command(inputs: Inputs) -> list[str]:
+def evaluator_command(inputs: Inputs, role: str = "evaluator") -> list[str]:
     """The evaluation server's entrypoint: audit the checkpoint again where vLLM reads it, add the speculative
-    config it calls for (K from the spec's evaluation, else the checkpoint's), exec vLLM."""
+    config it calls for (K from the spec's evaluation, else the checkpoint's), exec vLLM. The sweep's servers
+    (render/training/sweep.py) are the same with half the K, or without the speculative config (role sweep-plain);
+    with a sweep, each writes its device and K where the sweep's client reads them."""
     ev = inputs.spec.evaluation
+    sweeping = ev is not None and ev.sweep is not None
+    device = ["--device-file", device_file(role)] if sweeping else []
+    if role == "sweep-plain":
+        return ["speculator-operator", "vllm", *device, "--", *evaluator_args(inputs)]
     command = ["speculator-operator", "serve", "--draft", final_checkpoint(inputs), "--verifier", VERIFIER,
-               "--release", inputs.release.name, "--speculate"]  # fmt: skip
+               "--release", inputs.release.name, "--speculate", *device]  # fmt: skip
     if ev is not None and ev.num_speculative_tokens is not None:
         command += ["--num-speculative-tokens", str(ev.num_speculative_tokens)]
+    if role == "sweep-half":
+        command.append("--half-k")
     return [*command, "--", *evaluator_args(inputs)]

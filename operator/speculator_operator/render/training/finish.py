@@ -41,6 +41,8 @@ def publish_stage(inputs: Inputs) -> Stage:
         command += ["--verifier-content", inputs.verifier_content]
     if inputs.evaluation:
         command += ["--evaluation", json.dumps(inputs.evaluation, separators=(",", ":"), sort_keys=True)]
+    if inputs.sweep:
+        command += ["--sweep", json.dumps(inputs.sweep, separators=(",", ":"), sort_keys=True)]
     container = common.make_container(
         inputs.release.image("trainer"),
         command,

@@ -140,8 +140,8 @@ def server(inputs: Inputs, role: str) -> list[dict[str, Any]]:
     """Deployment + Service of a vLLM server that a stage's client talks to."""
     spec = inputs.spec
     name = server_name(inputs.name, role)
-    if role == "evaluator":
-        entrypoint = evaluator_command(inputs)
+    if role in ("evaluator", "sweep-half", "sweep-plain"):
+        entrypoint = evaluator_command(inputs, role)
     else:
         entrypoint = ["speculator-operator", "vllm", "--", *server_args(inputs, role)]
     env: list[dict[str, Any]] = []

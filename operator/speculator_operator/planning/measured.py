@@ -1,0 +1,111 @@
+"""A SpeculatorDeployment's K and schedule from the draft's measured sweep (domain/sweep.py), and the precedence that
+decides what is served (docs/concepts/sweep.md):
+
+    numSpeculativeTokens > cutoff > Auto tuning (its K and schedule) > the measured sweep > the checkpoint's K
+
+The sweep is the one in the draft's published provenance record (`sweep`, written by the train job's publish). It is
+used only where the deployment runs on the device class it ran on: `serving.deviceClass`, else the node selector's
+`nvidia.com/gpu.product`, else `cpu` where the pods ask for no GPU. Elsewhere the parameter model stays and
+`status.economics.note` says why. Under data parallelism the render drops any schedule (ScheduleOff).
+
+The sweep also gives the draft's effective cost: at one request, a step with K drafted tokens takes
+T_K = T_0 · (1 + n·c) (n the draft forwards per step), so c = (T_K / T_0 − 1) / n from vLLM's inter-token latency,
+which vLLM observes once per step per request. It replaces the parameter ratio behind breakEvenAlpha,
+predictedSpeedup and recommendedK (`status.economics.source: sweep`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from speculator_operator.api.deployment import PairEconomics, SpeculatorDeploymentSpec, SweepRef
+from speculator_operator.domain.economics import draft_forwards
+from speculator_operator.domain.releases import Release
+from speculator_operator.domain.sweep import PLAIN, Curve, SweepError, choose, device_class
+from speculator_operator.render.serving import GPU, Tuned
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # NVIDIA GPU feature discovery's node label
+
+
+def deployment_device(spec: SpeculatorDeploymentSpec) -> str | None:
+    """The device class the replicas run on, where the spec says or implies it (None: not known)."""
+    s = spec.serving
+    if s.device_class:
+        return device_class(s.device_class)
+    product = (s.node_selector or {}).get(GPU_PRODUCT_LABEL)
+    if product:
+        return device_class(product)
+    gpus = {str(v) for part in (s.resources or {}).values() for k, v in part.items() if k == GPU}
+    if gpus == {"0"} or (not gpus and s.layout.gpus_per_pod == 0):
+        return "cpu"
+    return None
+
+
+def effective_cost(curve: Curve, algorithm: str) -> float | None:
+    """c from the sweep's step times at the lowest concurrency, with its largest K (None without step times)."""
+    if not curve.ks:
+        return None
+    k, c = curve.ks[0], curve.concurrencies[0]
+    spec_itl, plain_itl = curve.at(k, c).itl_ms, curve.at(PLAIN, c).itl_ms
+    if not spec_itl or not plain_itl:
+        return None
+    return max(0.0, (spec_itl / plain_itl - 1.0) / draft_forwards(algorithm, k))
+
+
+@dataclass(frozen=True)
+class Measured:
+    tuned: Tuned | None  # what the sweep says to serve, where the precedence leaves it to the sweep
+    economics: dict[str, Any]  # PairEconomics fields (Python names) this adds to status.economics
+
+
+def _curve(provenance: dict[str, Any] | None) -> tuple[Curve | None, str | None]:
+    raw = (provenance or {}).get("sweep")
+    if raw is None:
+        return None, None
+    try:
+        return Curve.from_wire(raw), None
+    except SweepError as exc:
+        return None, f"the draft's provenance record has a sweep this operator cannot use: {exc}"
+
+
+def measured(
+    spec: SpeculatorDeploymentSpec,
+    release: Release,
+    provenance: dict[str, Any] | None,
+    algorithm: str,
+    max_k: int,
+    tuned: Tuned | None,
+) -> Measured:
+    """What the draft's sweep decides for this deployment (`tuned`: what Auto tuning already decided, if anything)."""
+    s = spec.serving
+    if s.num_speculative_tokens != "auto":
+        schedule_from = "numSpeculativeTokens"
+    elif s.cutoff is not None:
+        schedule_from = "cutoff"
+    elif tuned is not None:
+        schedule_from = "tuning"
+    else:
+        schedule_from = "checkpoint"
+    curve, problem = _curve(provenance)
+    here = deployment_device(spec)
+    econ: dict[str, Any] = {"source": "parameters", "schedule_from": schedule_from}
+    if curve is None:
+        return Measured(None, {**econ, "note": problem})
+    ref = SweepRef(job=str((provenance or {}).get("job") or "") or None, device=curve.device, digest=curve.digest())
+    if here != curve.device:
+        where = f"on {here}" if here else "on a device class it does not know (set serving.deviceClass)"
+        note = f"the draft's sweep ran on {curve.device}; this deployment runs {where}: the parameter model stands"
+        return Measured(None, {**econ, "sweep": ref, "note": note})
+    cost = effective_cost(curve, algorithm)
+    econ = {**econ, "sweep": ref, "source": "sweep" if cost is not None else "parameters"}
+    if cost is not None:
+        econ["effective_cost_ratio"] = round(cost, 6)
+    if schedule_from != "checkpoint":
+        return Measured(None, econ)
+    choice = choose(curve, s.max_num_seqs, max_k, release.schedule_cost)
+    schedule = choice.schedule.ranges if choice.schedule is not None else None
+    return Measured(Tuned(choice.k, schedule, source="sweep"), {**econ, "schedule_from": "sweep"})
+
+
+def with_measured(base: PairEconomics, found: Measured) -> PairEconomics:
+    return base.model_copy(update={k: v for k, v in found.economics.items() if v is not None})
