@@ -101,8 +101,9 @@ def test_points_that_do_not_make_one_curve_fail_the_run() -> None:
 
 def test_a_failed_point_fails_the_stage_naming_it_and_nothing_is_published() -> None:
     jobs = {s: job("done") for s in [*BEFORE, "sweep-k"]} | {"sweep-half": job("failed")}
+    before = part(2)["sweep"]["points"][:2]
     left = {"speculatorsReport": 1, "stage": "sweep", "message": "sweep at K=2, concurrency 4: connection refused",
-            "sweep": {"k": 2, "failedAt": {"k": 2, "concurrency": 4}, "points": part(2)["sweep"]["points"][:2]}}  # fmt: skip
+            "sweep": {"k": 2, "failedAt": {"k": 2, "concurrency": 4}, "points": before}}  # fmt: skip
     reports = {"evaluate": {"evaluation": MEASURED}, "sweep-k": part(3)}
     p = run(observed(jobs=jobs, reports=reports, failed_reports={"sweep-half": left},
                      servers={"sweep-half": server("sweep-half")}), SWEEP)  # fmt: skip
