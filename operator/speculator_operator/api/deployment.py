@@ -327,6 +327,17 @@ class Acceptance(Model):
     break_even_alpha: float | None = Field(default=None, description="α* for this pair's cost ratio and K.")
     predicted_speedup: float | None = Field(default=None, description="E(α, K) / (1 + n·c) at the served K.")
     recommended_k: int | None = Field(default=None, description="The K with the best predicted speedup.")
+    cost_source: Literal["parameters", "sweep", "live"] | None = Field(
+        default=None, description="Where the draft cost behind the three figures above comes from."
+    )
+    cost_ratio: float | None = Field(default=None, description="That cost: c in E(α, K) / (1 + n·c).")
+    step_ms: float | None = Field(
+        default=None, description="Live: the window's mean step time a request saw (vLLM's inter-token latency)."
+    )
+    plain_step_ms: float | None = Field(
+        default=None, description="Live: the sweep's plain-decoding step time at the same batch, on this device class."
+    )
+    batch: float | None = Field(default=None, description="Live: the window's mean decoding requests per engine step.")
     note: str | None = None
     pods: AcceptancePods | None = None
     load: AcceptanceLoad | None = None
@@ -355,6 +366,11 @@ class PairEconomics(Model):
         "the measured sweep, else the checkpoint's K at every batch size.",
     )
     sweep: SweepRef | None = Field(default=None, description="The measured sweep used, where one is.")
+    plain_steps: list[list[float]] | None = Field(
+        default=None,
+        description="The sweep's plain-decoding step time per batch ([batch, ms] pairs): what live step times are "
+        "held against.",
+    )
     note: str | None = Field(default=None, description="Why a measured sweep is not used, where the draft has one.")
 
 

@@ -153,8 +153,11 @@ def _economics(status: SpeculatorDeploymentStatus) -> Economics | None:
     econ = status.economics or PairEconomics()
     max_k = econ.max_k if econ.max_k is not None else k
     # the measured cost where there is one (a sweep on this device class: planning/measured.py), else the parameters'
-    cost = econ.effective_cost_ratio if econ.effective_cost_ratio is not None else econ.cost_ratio
-    return Economics(k=k, algorithm=algorithm, cost_ratio=cost, max_k=max_k)
+    measured = econ.effective_cost_ratio is not None
+    cost = econ.effective_cost_ratio if measured else econ.cost_ratio
+    steps = tuple((float(b), float(ms)) for b, ms in econ.plain_steps or [] if ms)
+    source = econ.source if measured and econ.source else "parameters"
+    return Economics(k=k, algorithm=algorithm, cost_ratio=cost, max_k=max_k, source=source, plain_steps=steps)
 
 
 def _publish(namespace: str, name: str, acc: Acceptance) -> None:

@@ -196,6 +196,17 @@ class Curve:
         return {k: v for k, v in out.items() if v is not None}  # as the API server stores it
 
 
+def plain_steps(curve: Curve) -> list[tuple[float, float]]:
+    """(batch, step ms) of plain decoding at each concurrency where vLLM's ITL was read: what live step times are held
+    against (telemetry/acceptance.py). The batch is the measured decoding requests per step, else the concurrency."""
+    out = []
+    for c in curve.concurrencies:
+        p = curve.at(PLAIN, c)
+        if p.itl_ms:
+            out.append((round(p.running if p.running else float(c), 2), round(p.itl_ms, 3)))
+    return out
+
+
 def assemble(device: str, parts: Iterable[Mapping[str, Any]]) -> Curve:
     """One curve from the sweep stages' reports, each `{k, points}` for one server lifetime; every report must name
     the same device."""

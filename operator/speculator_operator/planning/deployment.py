@@ -218,7 +218,7 @@ def plan(
         return failed(obs, AuditedReason.FAILED, str(exc))
     tuned = applied(spec, obs.status.tuning, draft.speculative_tokens)
     found = measured(spec, release, ck.provenance, draft.algorithm, draft.speculative_tokens, tuned)
-    common["economics"] = with_measured(common["economics"], found)
+    common["economics"] = with_measured(common["economics"], found, obs.status.economics)
     tuned = tuned or found.tuned
     inputs = Inputs(
         name,

@@ -11,7 +11,9 @@ used only where the deployment runs on the device class it ran on: `serving.devi
 The sweep also gives the draft's effective cost: at one request, a step with K drafted tokens takes
 T_K = T_0 · (1 + n·c) (n the draft forwards per step), so c = (T_K / T_0 − 1) / n from vLLM's inter-token latency,
 which vLLM observes once per step per request. It replaces the parameter ratio behind breakEvenAlpha,
-predictedSpeedup and recommendedK (`status.economics.source: sweep`)."""
+predictedSpeedup and recommendedK (`status.economics.source: sweep`) until live step times take over: the scrape
+compares the window's step time with the sweep's plain step time at the same batch (`plain_steps`) and, once it has
+enough drafts, writes that cost (`source: live`, telemetry/acceptance.py `live_cost`)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Any
 from speculator_operator.api.deployment import PairEconomics, SpeculatorDeploymentSpec, SweepRef
 from speculator_operator.domain.economics import draft_forwards
 from speculator_operator.domain.releases import Release
-from speculator_operator.domain.sweep import PLAIN, Curve, SweepError, choose, device_class
+from speculator_operator.domain.sweep import PLAIN, Curve, SweepError, choose, device_class, plain_steps
 from speculator_operator.render.serving import GPU, Tuned
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # NVIDIA GPU feature discovery's node label
@@ -100,6 +102,9 @@ def measured(
     econ = {**econ, "sweep": ref, "source": "sweep" if cost is not None else "parameters"}
     if cost is not None:
         econ["effective_cost_ratio"] = round(cost, 6)
+    steps = plain_steps(curve)
+    if steps:
+        econ["plain_steps"] = [list(p) for p in steps]
     if schedule_from != "checkpoint":
         return Measured(None, econ)
     choice = choose(curve, s.max_num_seqs, max_k, release.schedule_cost)
@@ -107,5 +112,16 @@ def measured(
     return Measured(Tuned(choice.k, schedule, source="sweep"), {**econ, "schedule_from": "sweep"})
 
 
-def with_measured(base: PairEconomics, found: Measured) -> PairEconomics:
-    return base.model_copy(update={k: v for k, v in found.economics.items() if v is not None})
+def with_measured(base: PairEconomics, found: Measured, current: PairEconomics | None) -> PairEconomics:
+    """status.economics: the pair's, what the sweep adds, and the live cost the telemetry measured against this same
+    sweep (it stands until the draft's sweep changes: the scrape refreshes it on a material change)."""
+    out = base.model_copy(update={k: v for k, v in found.economics.items() if v is not None})
+    if (
+        current is not None
+        and current.source == "live"
+        and current.effective_cost_ratio is not None
+        and out.source == "sweep"
+        and current.sweep == out.sweep
+    ):
+        out = out.model_copy(update={"source": "live", "effective_cost_ratio": current.effective_cost_ratio})
+    return out

@@ -13,6 +13,7 @@ condition say about them. Pure: controllers/telemetry.py scrapes, keeps the wind
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from speculator_operator.api.common import Condition, conditions_of, evolve, make_condition, stored
-from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentStatus, TuningStatus
+from speculator_operator.api.deployment import Acceptance, PairEconomics, SpeculatorDeploymentStatus, TuningStatus
 from speculator_operator.domain.economics import (
     alpha_from_mean_length,
     best_k,
@@ -36,6 +37,11 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
 GENERATED = "vllm:generation_tokens"
 RUNNING = "vllm:num_requests_running"
+# vLLM observes the inter-token latency once per engine step per request (so its mean is a request's step time), and
+# the tokens per engine step once per step (its count: the steps)
+ITL = "vllm:inter_token_latency_seconds"
+STEPS = "vllm:iteration_tokens_total"
+SPECULATING = 0.9  # the share of a window's request-steps that must have drafted for its step time to price a draft
 CONDITION = "SpeculationEffective"
 MAX_FAILING_LISTED = 10
 
@@ -58,9 +64,13 @@ class Sample:
     per_position: tuple[float, ...] = ()
     generated: float = 0.0
     running: float = 0.0
+    itl_sum: float = 0.0  # seconds
+    itl_count: float = 0.0  # request-steps
+    steps: float = 0.0  # engine steps
 
     def counters(self) -> tuple[float, ...]:
-        return (self.drafts, self.draft_tokens, self.accepted, self.generated, *self.per_position)
+        return (self.drafts, self.draft_tokens, self.accepted, self.generated, self.itl_sum, self.itl_count,
+                self.steps, *self.per_position)  # fmt: skip
 
 
 # the sample names read: counters by their `_total` series (prometheus_client's exposition interleaves
@@ -72,6 +82,9 @@ SERIES = {
     f"{PER_POSITION}_total",
     f"{GENERATED}_total",
     RUNNING,
+    f"{ITL}_sum",
+    f"{ITL}_count",
+    f"{STEPS}_count",
 }
 
 
@@ -117,6 +130,9 @@ def parse_sample(text: str) -> Sample:
         per_position=per_position,
         generated=sums.get(f"{GENERATED}_total", 0.0),
         running=sums.get(RUNNING, 0.0),
+        itl_sum=sums.get(f"{ITL}_sum", 0.0),
+        itl_count=sums.get(f"{ITL}_count", 0.0),
+        steps=sums.get(f"{STEPS}_count", 0.0),
     )
 
 
@@ -132,6 +148,9 @@ class Increment:
     per_position: tuple[float, ...]
     generated: float
     running: float
+    itl_sum: float = 0.0
+    itl_count: float = 0.0
+    steps: float = 0.0
 
 
 def increment(prev: Sample, cur: Sample, since: float, at: float) -> tuple[Increment, bool]:
@@ -152,6 +171,9 @@ def increment(prev: Sample, cur: Sample, since: float, at: float) -> tuple[Incre
         per_position=positions,
         generated=cur.generated - base.generated,
         running=cur.running,
+        itl_sum=cur.itl_sum - base.itl_sum,
+        itl_count=cur.itl_count - base.itl_count,
+        steps=cur.steps - base.steps,
     )
     return inc, reset
 
@@ -174,6 +196,9 @@ class Totals:
     per_position: list[float] = field(default_factory=list)
     generated: float = 0.0
     running: float = 0.0  # the summed latest load of the pods counted
+    itl_sum: float = 0.0
+    itl_count: float = 0.0
+    steps: float = 0.0
     span: float = 0.0  # seconds the increments cover
     counted: int = 0  # pods of the served revision that answered
     resets: int = 0
@@ -235,6 +260,9 @@ class Window:
                 out.draft_tokens += inc.draft_tokens
                 out.accepted += inc.accepted
                 out.generated += inc.generated
+                out.itl_sum += inc.itl_sum
+                out.itl_count += inc.itl_count
+                out.steps += inc.steps
                 for i, v in enumerate(inc.per_position):
                     if i >= len(out.per_position):
                         out.per_position.append(0.0)
@@ -254,6 +282,47 @@ class Economics:
     algorithm: str
     cost_ratio: float | None
     max_k: int
+    source: str = "parameters"  # where cost_ratio comes from: parameters, sweep or live (status.economics)
+    plain_steps: tuple[tuple[float, float], ...] = ()  # the sweep's plain step time (batch, ms) on this device class
+
+
+@dataclass(frozen=True)
+class LiveCost:
+    """The draft's effective cost from the window's step times against the sweep's plain ones at the same batch."""
+
+    cost_ratio: float
+    step_ms: float
+    batch: float
+    plain_step_ms: float
+
+
+def live_cost(totals: Totals, econ: Economics, min_samples: int) -> LiveCost | None:
+    """c = (T_live / T_plain(B) − 1) / n: T_live the window's mean step time a request saw, B its mean batch (request-
+    steps per engine step), T_plain(B) the sweep's plain step time there (planning/measured.py interpolates), n the
+    draft forwards at the served K. None without a sweep on this device class, with fewer than `min_samples` drafts, or
+    where under SPECULATING of the window's request-steps drafted (a schedule's K = 0 steps, a mixed window)."""
+    if not econ.plain_steps or econ.k < 1 or totals.drafts < min_samples or totals.itl_count <= 0 or totals.steps <= 0:
+        return None
+    if totals.drafts < SPECULATING * totals.itl_count:
+        return None
+    step_ms = 1000.0 * totals.itl_sum / totals.itl_count
+    batch = totals.itl_count / totals.steps
+    plain = interpolate(econ.plain_steps, batch)
+    if plain <= 0 or step_ms <= 0:
+        return None
+    c = max(0.0, (step_ms / plain - 1.0) / draft_forwards(econ.algorithm, econ.k))
+    return LiveCost(c, step_ms, batch, plain)
+
+
+def interpolate(points: tuple[tuple[float, float], ...], x: float) -> float:
+    """y at x, linear between the (x, y) points (sorted by x), the end values beyond them."""
+    pts = sorted(points)
+    if x <= pts[0][0]:
+        return pts[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+    return pts[-1][1]
 
 
 def _r(x: float, digits: int = 4) -> float:
@@ -312,12 +381,20 @@ def acceptance_status(
         alpha=_r(alpha),
         perPosition=[_r(v / totals.drafts) for v in totals.per_position[: econ.k]],
     )
-    if econ.cost_ratio is not None:
+    live = live_cost(totals, econ, min_samples)
+    cost, source = (live.cost_ratio, "live") if live is not None else (econ.cost_ratio, econ.source)
+    if cost is not None:
         n = draft_forwards(econ.algorithm, econ.k)
-        star = break_even_alpha(econ.k, econ.cost_ratio, n)
+        star = break_even_alpha(econ.k, cost, n)
         out["breakEvenAlpha"] = None if star is None else _r(star)
-        out["predictedSpeedup"] = _r(speedup(alpha, econ.k, econ.cost_ratio, n), 3)
-        out["recommendedK"] = best_k(alpha, econ.cost_ratio, econ.algorithm, max(1, econ.max_k))[0]
+        out["predictedSpeedup"] = _r(speedup(alpha, econ.k, cost, n), 3)
+        out["recommendedK"] = best_k(alpha, cost, econ.algorithm, max(1, econ.max_k))[0]
+        out["costSource"] = source
+        out["costRatio"] = _r(cost, 6)
+    if live is not None:
+        out["stepMs"] = _r(live.step_ms, 3)
+        out["plainStepMs"] = _r(live.plain_step_ms, 3)
+        out["batch"] = _r(live.batch, 2)
     if totals.drafts < min_samples:
         out["note"] = f"{int(totals.drafts)} drafts in the window, {min_samples} needed to judge"
     return Acceptance.model_validate({k: v for k, v in out.items() if v is not None})
@@ -356,21 +433,20 @@ def effective_condition(acc: Acceptance, generation: int, min_samples: int) -> C
     return make_condition(generation, CONDITION, False, "BelowBreakEven", numbers)
 
 
-# what a status write compares: a change below these steps is not worth a write
-MATERIAL = {"rate": 2, "alpha": 2, "mean_accepted_length": 2, "predicted_speedup": 2, "break_even_alpha": 3}
+# what a status write compares: a move smaller than these steps is not worth a write. A step, not a rounding: two
+# values either side of a rounding boundary are close, and a live figure hovering there would be written every scrape.
+MATERIAL = {"rate": 0.01, "alpha": 0.01, "mean_accepted_length": 0.01, "predicted_speedup": 0.01,
+            "break_even_alpha": 0.01, "cost_ratio": 0.01}  # fmt: skip
 
 
 def _material_view(acc: Acceptance | None) -> tuple[Any, ...]:
+    """What must be equal for two judgements to be the same, besides MATERIAL's figures."""
     if acc is None:
         return ()
-    values = {key: getattr(acc, key) for key in MATERIAL}
-    rounded = tuple(None if v is None else round(float(v), MATERIAL[key]) for key, v in values.items())
     pods = acc.pods
     failing = tuple(sorted((f["pod"], f["reason"]) for f in (pods.failing if pods else None) or []))
-    per_position = tuple(round(v, 2) for v in acc.per_position or [])
     return (
-        rounded,
-        per_position,
+        len(acc.per_position or []),
         acc.recommended_k,
         acc.revision,
         pods.counted if pods else None,
@@ -378,14 +454,25 @@ def _material_view(acc: Acceptance | None) -> tuple[Any, ...]:
         pods.counter_resets if pods else None,
         failing,
         acc.note is not None,
+        acc.cost_source,
     )
+
+
+def _moved(old: float | None, new: float | None, step: float) -> bool:
+    if old is None or new is None:
+        return old is not new
+    return abs(float(new) - float(old)) >= step - 1e-12
 
 
 def changed_materially(old: Acceptance | None, new: Acceptance) -> bool:
     """Whether a write is worth it. The drafts count alone is not: a window holding two or three scrapes'
     increments swings by a third from one scrape to the next under constant traffic (the operator's gauge
     speculator_acceptance_drafts carries the live count)."""
-    return _material_view(old) != _material_view(new)
+    if old is None or _material_view(old) != _material_view(new):
+        return True
+    if any(_moved(getattr(old, key), getattr(new, key), step) for key, step in MATERIAL.items()):
+        return True
+    return any(_moved(a, b, 0.01) for a, b in zip(old.per_position or [], new.per_position or [], strict=True))
 
 
 def disabled_condition(generation: int, tuning: TuningStatus | None) -> Condition:
@@ -446,11 +533,25 @@ def plan_update(
             out.events.append(("Normal", cond.reason, cond.message))
     if _block(tuning) != _block(current.tuning):
         changes["tuning"] = tuning
+    economics = live_economics(current.economics, acc)
+    if economics is not None:
+        changes["economics"] = economics
     if changes:
         new = evolve(new, None, **changes)
     if new is not current:
         out.status = new
     return out
+
+
+def live_economics(current: PairEconomics | None, acc: Acceptance | None) -> PairEconomics | None:
+    """status.economics with the live cost the window measured, where it moved materially (MATERIAL's step) or
+    was not live before; None: nothing to write."""
+    if current is None or acc is None or acc.cost_source != "live" or acc.cost_ratio is None:
+        return None
+    old = current.effective_cost_ratio
+    if current.source == "live" and not _moved(old, acc.cost_ratio, MATERIAL["cost_ratio"]):
+        return None
+    return current.model_copy(update={"source": "live", "effective_cost_ratio": acc.cost_ratio})
 
 
 def _block(block: TuningStatus | None) -> dict[str, Any] | None:
