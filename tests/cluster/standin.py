@@ -38,6 +38,9 @@ class StandIn:
         self.scrapes = 0  # answers given in the counting modes
         self.drafts = self.accepted = 0.0
         self.positions = [0.0] * k
+        self.step_ms: float | None = None  # set: vLLM's step-time series too (every drafting request-step this long)
+        self.batch = 2.0  # decoding requests per engine step, with step_ms
+        self.itl_sum = self.itl_count = self.steps = 0.0
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -74,6 +77,17 @@ class StandIn:
             f'{name}_total{{engine="0",model_name="m",position="{p}"}} {float(v)}' for p, v in enumerate(self.positions)
         ]
         rows += ["# TYPE vllm:num_requests_running gauge", 'vllm:num_requests_running{engine="0",model_name="m"} 3.0']
+        if self.step_ms is not None:
+            for name, count, total in (
+                ("vllm:inter_token_latency_seconds", self.itl_count, self.itl_sum),
+                ("vllm:iteration_tokens_total", self.steps, self.steps * self.batch),
+            ):
+                rows += [
+                    f"# TYPE {name} histogram",
+                    f'{name}_bucket{{engine="0",le="+Inf",model_name="m"}} {float(count)}',
+                    f'{name}_count{{engine="0",model_name="m"}} {float(count)}',
+                    f'{name}_sum{{engine="0",model_name="m"}} {float(total)}',
+                ]
         return "\n".join(rows) + "\n"
 
     def answer(self, req: BaseHTTPRequestHandler) -> None:
@@ -90,6 +104,10 @@ class StandIn:
             accepted = [step * alpha ** (p + 1) for p in range(self.k)]
             self.accepted += sum(accepted)
             self.positions = [v + a for v, a in zip(self.positions, accepted, strict=True)]
+            if self.step_ms is not None:  # one request-step per draft, `batch` of them per engine step
+                self.itl_count += step
+                self.itl_sum += step * self.step_ms / 1000
+                self.steps += step / self.batch
             body = self.text().encode()
         elif mode == "garbage":
             body = b"<html><body>502 Bad Gateway</body></html>"
