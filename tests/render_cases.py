@@ -70,6 +70,7 @@ TRAIN_CASES: dict[str, dict[str, Any]] = {
         "evaluation": {"minAcceptance": 0.6, "minSpeedup": 1.3, "heldOut": 32, "numSpeculativeTokens": 4},
         "hiddenStates": {"extraArgs": ["--max-model-len", "8192"]},
     },
+    "train-swept": {"evaluation": {"heldOut": 32, "sweep": {"maxConcurrency": 16}}},
     "train-convert": {
         "data": None,
         "draft": {"targetLayerIds": [1, 17, 32]},
