@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -301,6 +301,8 @@ def judge(
     if econ is None:
         return None, False, []
     tuning = spec.serving.tuning
+    if judged.acc is not None and judged.acc.cost_source == "live" and judged.acc.cost_ratio is not None:
+        econ = replace(econ, cost_ratio=judged.acc.cost_ratio)  # tuning prices K with the figures' own live cost
     tuned = plan_tuning(spec, current.tuning, judged.acc, econ, time.time(), tuning.min_samples, blocked(current))
     update = plan_update(current, judged.acc, judged.cond, tuned.state, judged.refilling)
     return update.status, tuned.rollout and update.status is not None, update.events + tuned.events
