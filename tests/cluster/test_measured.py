@@ -18,7 +18,7 @@ from speculator_operator.pods.trainer.publish import publish
 
 from ..ckptgen import SMALL_QWEN3 as SMALL
 from ..ckptgen import eagle3, write_checkpoint
-from .conftest import Cluster, eventually, get, sdep
+from .conftest import Cluster, eventually, get, sdep, stj
 from .standin import standin_node  # noqa: F401  (a fixture)
 from .test_tuning import close, fakes_for, operator_in, served_config, status
 
@@ -143,3 +143,62 @@ def test_live_step_times_move_the_predicted_speedup_without_a_write_storm(
 
 def _at_least(n: int, wanted: int) -> None:
     assert n >= wanted, f"{n} scrapes, waiting for {wanted}"
+
+
+def test_a_train_job_with_a_sweep_runs_one_server_per_k_and_publishes_the_curve(
+    cluster: Cluster, store: dict[str, str], namespace: str, creds: str, workspace: Any
+) -> None:
+    """The stage machine on the real control plane; kwok completes the stage pods with the reports the real client
+    writes (the workloads tier runs that client against real vLLM)."""
+    from .test_trainjob_controller import REPORT, api_calls
+
+    workspace("swept-workspace")
+
+    def said(report: dict[str, Any]) -> str:
+        return json.dumps({"speculatorsReport": 1, **report})
+
+    reports = {
+        "speculators.dev/simulate-message": json.dumps(REPORT),
+        "speculators.dev/simulate-message-evaluate": said(
+            {"stage": "evaluate", "evaluation": {"outcome": "Passed", "k": 3, "drafts": 40, "rate": 0.7}}
+        ),
+    }
+    for stage, label, k in (("sweep-k", "k", 3), ("sweep-half", "half", 2), ("sweep-plain", "plain", PLAIN)):
+        points = [p.wire() for p in CURVE.points if p.k == k]
+        reports[f"speculators.dev/simulate-message-{stage}"] = said(
+            {"stage": "sweep", "sweep": {"label": label, "k": k, "device": DEVICE, "points": points}}
+        )
+    cpu = {"annotations": reports}
+    manifest = stj(
+        "swept", store, creds,
+        data={"sources": [store["data"]], "format": "pretokenized"},
+        evaluation={"heldOut": 8, "sweep": {"maxConcurrency": 8, "rounds": 1}},
+        stages={"cpu": cpu, "trainer": {"annotations": {"speculators.dev/simulate-message": json.dumps(REPORT)}}},
+    )  # fmt: skip
+    with operator_in(cluster, namespace):
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=manifest)
+        cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "stj/swept", "--timeout=240s", timeout=260)
+    st = get(cluster, namespace, "stj/swept")["status"]
+    assert st["phase"] == "Succeeded"
+    names = [s["name"] for s in st["stages"]]
+    assert names[-5:] == ["evaluate", "sweep-k", "sweep-half", "sweep-plain", "publish"]
+    summary = st["evaluation"]["sweep"]
+    assert summary["digest"] == CURVE.digest()
+    assert summary["device"] == CURVE.device
+    assert summary["crossover"] == 16
+    assert st["provenance"]["evaluation"]["sweep"] == summary
+    publish = json.loads(cluster.kubectl("get", "-n", namespace, "job/swept-publish", "-o", "json").stdout)
+    args = publish["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert Curve.from_wire(json.loads(args[args.index("--sweep") + 1])) == CURVE  # the whole curve, for the record
+    # one server per K, one after another: each client only once its server was there, the last gone before the next
+    first: dict[tuple[str, str, str], str] = {}
+    for t, verb, resource, name in api_calls(cluster, namespace):
+        first.setdefault((verb, resource, name), t)
+    job, deployment = "jobs", "deployments"
+    assert first[("patch", deployment, "swept-evaluator")] < first[("patch", job, "swept-evaluate")]
+    assert first[("patch", job, "swept-sweep-k")] < first[("delete", deployment, "swept-evaluator")]
+    assert first[("patch", deployment, "swept-sweep-half")] < first[("patch", job, "swept-sweep-half")]
+    assert first[("delete", deployment, "swept-evaluator")] < first[("patch", job, "swept-sweep-half")]
+    assert first[("delete", deployment, "swept-sweep-half")] < first[("patch", job, "swept-sweep-plain")]
+    assert first[("patch", deployment, "swept-sweep-plain")] < first[("patch", job, "swept-sweep-plain")]
+    assert first[("patch", job, "swept-sweep-plain")] < first[("delete", deployment, "swept-sweep-plain")]

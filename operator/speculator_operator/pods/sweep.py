@@ -83,7 +83,6 @@ def settled(endpoint: str, deadline: float) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Plan:
-    label: str
     k: int  # the K this server serves (0: plain)
     concurrencies: list[int]
     rounds: int
@@ -111,11 +110,12 @@ def measure(endpoint: str, model: str, prompts: list[Any], plan: Plan, deadline:
             raise SweepFailed("sweep.timeoutSeconds ran out")
         return remaining
 
-    for c in plan.concurrencies:
-        try:
-            if not points:  # one request to warm the server up, not counted
-                complete(endpoint, {**sampling, "prompt": prompts[0]}, left())
-                settled(endpoint, min(deadline, time.monotonic() + 30))
+    c = plan.concurrencies[0]
+    try:
+        # one request to warm the server up (its first request compiles and allocates), not counted
+        complete(endpoint, {**sampling, "prompt": prompts[0]}, left())
+        settled(endpoint, min(deadline, time.monotonic() + 30))
+        for c in plan.concurrencies:
             n = plan.rounds * c
             before = read_counters(endpoint)
             t0 = time.monotonic()
@@ -125,8 +125,8 @@ def measure(endpoint: str, model: str, prompts: list[Any], plan: Plan, deadline:
             seconds = time.monotonic() - t0
             after = settled(endpoint, min(deadline, time.monotonic() + 30))
             points.append(_point(plan, c, n, tokens, seconds, before, after))
-        except (SweepFailed, EvaluationError, OSError) as exc:
-            raise SweepFailed(f"at K={plan.k}, concurrency {c}: {exc}", {"k": plan.k, "concurrency": c}) from None
+    except (SweepFailed, EvaluationError, OSError) as exc:
+        raise SweepFailed(f"at K={plan.k}, concurrency {c}: {exc}", {"k": plan.k, "concurrency": c}) from None
 
 
 def _point(
@@ -147,7 +147,9 @@ def _point(
     )  # fmt: skip
 
 
-def _fail(label: str, k: int | None, device: str | None, points: list[Point], message: str, where: Any) -> int:
+def _fail(
+    label: str, k: int | None, device: str | None, points: list[Point], message: str, where: dict[str, int]
+) -> int:
     print(f"sweep: failed {message}", file=sys.stderr)
     body = {"label": label, "k": k, "device": device, "failedAt": where, "points": [p.wire() for p in points]}
     report("sweep", sweep={k: v for k, v in body.items() if v is not None}, message=f"sweep {message}")
@@ -164,7 +166,7 @@ def main(args: argparse.Namespace) -> int:
     except (EvaluationError, CheckpointError, RenderError, ValueError) as exc:
         print(f"sweep: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
-    plan = Plan(args.label, k, cs, args.rounds, args.max_tokens, args.seed)
+    plan = Plan(k, cs, args.rounds, args.max_tokens, args.seed)
     first = {"k": k, "concurrency": cs[0]}
     if not wait_ready(endpoint, deadline):
         return _fail(args.label, k, None, [], f"at K={k}: the server {endpoint} was not ready in time", first)
