@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +17,12 @@ from speculator_operator.pods import evaluate as evaluation
 from speculator_operator.pods.holdout import EvaluationError, check_count, prompt_of
 
 from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint
+from .vllm_like import VllmLike
 
 K = 3
 
 
-class StandIn:
+class StandIn(VllmLike):
     """A vLLM-like server: each completion adds `drafts_per_request` drafts of K tokens, `accepted` of them
     accepted per draft; `speculating=False` exports no spec-decode counters (a server without a draft)."""
 
@@ -31,39 +30,12 @@ class StandIn:
         self.accepted, self.speculating = accepted, speculating
         self.drafts = 0
         self.bodies: list[dict[str, Any]] = []
-        stand_in = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, code: int, body: str, kind: str = "text/plain") -> None:
-                data = body.encode()
-                self.send_response(code)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                if self.path == "/health":
-                    self._send(200, "")
-                elif self.path == "/metrics":
-                    self._send(200, stand_in.metrics())
-                else:
-                    self._send(404, "")
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                stand_in.bodies.append(body)
-                stand_in.drafts += 4
-                answer = {"choices": [{"text": "x"}], "usage": {"completion_tokens": body["max_tokens"]}}
-                self._send(200, json.dumps(answer), "application/json")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    def complete(self, body: dict[str, Any]) -> int:
+        self.bodies.append(body)
+        self.drafts += 4
+        return int(body["max_tokens"])
 
     def metrics(self) -> str:
         lines = ['vllm:generation_tokens_total{model_name="m"} 0']
@@ -75,10 +47,6 @@ class StandIn:
                 f'vllm:spec_decode_num_accepted_tokens_total{{model_name="m"}} {d * self.accepted}',
             ]
         return "\n".join(lines) + "\n"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

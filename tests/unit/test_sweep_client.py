@@ -8,7 +8,6 @@ import argparse
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,12 @@ from speculator_operator.pods import sweep
 from speculator_operator.pods.device import write_device_file
 
 from ..ckptgen import eagle3, write_checkpoint
+from .vllm_like import VllmLike
 
 STEP_S = 0.01  # each request-step, as the stand-in reports it
 
 
-class StandIn:
+class StandIn(VllmLike):
     """Each completion counts its tokens as generated, one ITL observation per token and one engine step per token
     (a batch of one); `short` answers fewer tokens than asked, `miscount` makes the server count fewer."""
 
@@ -32,39 +32,15 @@ class StandIn:
         self.generated = self.itl_count = self.steps = 0.0
         self.short = self.miscount = False
         self.lock = threading.Lock()
-        stand_in = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, code: int, body: str) -> None:
-                data = body.encode()
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                if self.path == "/health":
-                    self._send(200, "")
-                elif self.path == "/metrics":
-                    self._send(200, stand_in.metrics())
-                else:
-                    self._send(404, "")
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                tokens = body["max_tokens"] - (1 if stand_in.short else 0)
-                with stand_in.lock:
-                    stand_in.generated += tokens - (1 if stand_in.miscount else 0)
-                    stand_in.itl_count += tokens
-                    stand_in.steps += tokens
-                self._send(200, json.dumps({"choices": [{"text": "x"}], "usage": {"completion_tokens": tokens}}))
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    def complete(self, body: dict[str, Any]) -> int:
+        tokens = int(body["max_tokens"]) - (1 if self.short else 0)
+        with self.lock:
+            self.generated += tokens - (1 if self.miscount else 0)
+            self.itl_count += tokens
+            self.steps += tokens
+        return tokens
 
     def metrics(self) -> str:
         return "\n".join(
@@ -84,7 +60,7 @@ class StandIn:
 def stand_in() -> Iterator[StandIn]:
     s = StandIn()
     yield s
-    s.server.shutdown()
+    s.stop()
 
 
 @pytest.fixture
