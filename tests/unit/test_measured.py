@@ -181,3 +181,15 @@ def test_the_acceptance_figures_and_tuning_use_the_measured_cost() -> None:
     assert econ is not None
     assert econ.cost_ratio == 0.13
     assert effective_cost(SLOWER, "eagle3") == 0.0  # equal step times: no measurable draft cost
+
+
+def test_speculation_off_by_the_sweep_says_so_in_the_condition() -> None:
+    from speculator_operator.api.deployment import TuningStatus
+    from speculator_operator.telemetry.acceptance import disabled_condition
+
+    measured = disabled_condition(1, None, measured_off=True)
+    assert (measured.status, measured.reason) == ("False", "SpeculationDisabled")
+    assert "measured sweep" in measured.message
+    # Auto tuning's own switch-off (it has tuned K to 0) is said as tuning's, with its probe
+    tuned = disabled_condition(1, TuningStatus(mode="Auto", k=0, probe_at="2026-12-06T10:00:00Z"), measured_off=True)
+    assert "probe revision" in tuned.message

@@ -233,7 +233,8 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     acc: Acceptance | None = None
     refilling = False
     if econ.k == 0:  # tuning switched speculation off: nothing to scrape until a probe revision runs
-        cond = disabled_condition(generation, current.tuning)
+        measured_off = current.economics is not None and current.economics.schedule_from == "sweep"
+        cond = disabled_condition(generation, current.tuning, measured_off)
     else:
         window, since = _windows.get(uid) or (None, 0.0)
         if window is None or window.seconds != tuning.window_seconds:

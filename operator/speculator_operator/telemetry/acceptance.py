@@ -475,8 +475,13 @@ def changed_materially(old: Acceptance | None, new: Acceptance) -> bool:
     return any(_moved(a, b, 0.01) for a, b in zip(old.per_position or [], new.per_position or [], strict=True))
 
 
-def disabled_condition(generation: int, tuning: TuningStatus | None) -> Condition:
-    """SpeculationEffective while tuning has switched speculation off: False, with when it measures again."""
+def disabled_condition(generation: int, tuning: TuningStatus | None, measured_off: bool = False) -> Condition:
+    """SpeculationEffective while speculation is off: False, with why. Tuning turned it off (and says when it measures
+    again), or the draft's measured sweep found plain decoding at least as fast on this device class."""
+    if measured_off and (tuning is None or tuning.k != 0):
+        message = ("the draft's measured sweep found plain decoding at least as fast at every concurrency on this "
+                   "device class (status.economics); set numSpeculativeTokens to speculate anyway")  # fmt: skip
+        return make_condition(generation, CONDITION, False, "SpeculationDisabled", message)
     state = tuning or TuningStatus()
     message = f"tuning switched speculation off ({state.evidence or 'below break-even'})"
     if state.probe_at:
