@@ -318,10 +318,9 @@ def plan(
         apply += server(inputs, current.server)
         late = _server_late(spec, obs, current) or _still_late(obs, current, exists)
         if late and is_sweep(current.name):
-            words = _late_words(
-                server_name(name, current.server), late, current.name, "evaluation.sweep.timeoutSeconds"
-            )
-            return failed(obs, SWEEP_FAILED, words, fields)
+            bound = "evaluation.sweep.timeoutSeconds"
+            words = late.get("message") or _late_words(server_name(name, current.server), late, current.name, bound)
+            return failed(obs, SWEEP_FAILED, str(words), fields)
         if late:
             words = _late_words(server_name(name, current.server), late)
             return failed(obs, EvaluationOutcome.SERVER_NOT_READY, words, {**fields, "evaluation": late})
@@ -414,7 +413,9 @@ def _still_late(obs: Observed, stage: Stage, exists: bool) -> dict[str, Any] | N
         return None
     if is_sweep(stage.name) and obs.status.stage == stage.name:
         failed_ = conditions_of(obs.status).get("Failed")
-        return {"outcome": SWEEP_FAILED} if failed_ is not None and failed_.reason == SWEEP_FAILED else None
+        if failed_ is None or failed_.reason != SWEEP_FAILED:
+            return None
+        return {"outcome": SWEEP_FAILED, "message": failed_.message}  # said as it was: no write
     if stage.name != "evaluate":
         return None
     evaluation = obs.status.evaluation
