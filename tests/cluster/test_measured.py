@@ -197,8 +197,8 @@ def test_a_train_job_with_a_sweep_runs_one_server_per_k_and_publishes_the_curve(
     job, deployment = "jobs", "deployments"
     assert first[("patch", deployment, "swept-evaluator")] < first[("patch", job, "swept-evaluate")]
     assert first[("patch", job, "swept-sweep-k")] < first[("delete", deployment, "swept-evaluator")]
-    assert first[("patch", deployment, "swept-sweep-half")] < first[("patch", job, "swept-sweep-half")]
+    assert first[("patch", deployment, "swept-sweeper-half")] < first[("patch", job, "swept-sweep-half")]
     assert first[("delete", deployment, "swept-evaluator")] < first[("patch", job, "swept-sweep-half")]
-    assert first[("delete", deployment, "swept-sweep-half")] < first[("patch", job, "swept-sweep-plain")]
-    assert first[("patch", deployment, "swept-sweep-plain")] < first[("patch", job, "swept-sweep-plain")]
-    assert first[("patch", job, "swept-sweep-plain")] < first[("delete", deployment, "swept-sweep-plain")]
+    assert first[("delete", deployment, "swept-sweeper-half")] < first[("patch", job, "swept-sweep-plain")]
+    assert first[("patch", deployment, "swept-sweeper-plain")] < first[("patch", job, "swept-sweep-plain")]
+    assert first[("patch", job, "swept-sweep-plain")] < first[("delete", deployment, "swept-sweeper-plain")]

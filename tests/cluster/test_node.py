@@ -31,6 +31,7 @@ from speculator_harness import containerd
 from speculator_harness.network import kube_proxy_serves
 from speculator_operator.api.podcontract import PROGRESS_SECONDS_DEFAULT
 from speculator_operator.domain.releases import get_release
+from speculator_operator.domain.sweep import Curve
 from speculator_operator.telemetry.acceptance import parse_sample
 
 from ..lanes import make_tiny_verifier, run_in, workloads_env_path
@@ -746,6 +747,8 @@ def test_the_evaluate_stage_publishes_an_agreeing_draft_and_refuses_a_disagreein
             "retries": 0,
             "stages": {"cpu": ON_NODE, "trainer": ON_NODE, "server": cpu_server},
         }
+        if name == "agree":  # the passing draft is swept too: a server per K in real pods, the curve published
+            spec["evaluation"]["sweep"] = {"maxConcurrency": 4, "rounds": 1, "timeoutSeconds": 900}
         apply(cluster, node_ns, "SpeculatorTrainJob", f"eval-{name}", spec)
     cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "stj/eval-agree", "--timeout=1200s", timeout=1260)
     cluster.kubectl(
@@ -760,7 +763,8 @@ def test_the_evaluate_stage_publishes_an_agreeing_draft_and_refuses_a_disagreein
     took = time.monotonic() - t0
 
     passed = get(cluster, node_ns, "stj/eval-agree")["status"]
-    assert [s["name"] for s in passed["stages"]] == ["fetch", "prepare", "train", "audit", "evaluate", "publish"]
+    assert [s["name"] for s in passed["stages"]] == ["fetch", "prepare", "train", "audit", "evaluate", "sweep-k",
+                                                     "sweep-half", "sweep-plain", "publish"]  # fmt: skip
     assert passed["progress"]["samplesTotal"] == 12  # 16 rows, 4 held out before training
     ev = passed["evaluation"]
     assert (ev["outcome"], ev["rate"], ev["prompts"], ev["tokens"]) == ("Passed", 1.0, 4, 64)
@@ -770,8 +774,21 @@ def test_the_evaluate_stage_publishes_an_agreeing_draft_and_refuses_a_disagreein
     key = location.removeprefix(f"s3://{bucket}/") + "/speculators-provenance.json"
     record = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     assert record["evaluation"]["rate"] == 1.0  # the published record carries the measure
-    pods = list_pods(cluster, node_ns, "speculators.dev/trainjob=eval-agree,speculators.dev/stage=evaluator")
-    assert pods == []  # its server went once the stage was done
+    # and the sweep: every K and concurrency measured on this node's CPU, the whole curve beside the draft
+    swept = ev["sweep"]
+    assert swept["device"] == "cpu"
+    assert swept["ks"] == [ev["k"], -(-ev["k"] // 2)]
+    assert [b["concurrency"] for b in swept["best"]] == [1, 2, 4]
+    curve = Curve.from_wire(record["sweep"])
+    assert curve.digest() == swept["digest"]
+    assert all(p.tokens == p.requests * 16 for p in curve.points)
+
+    def servers_gone() -> None:  # each server goes once its stage is done (the last one as the publish starts)
+        for role in ("evaluator", "sweeper-half", "sweeper-plain"):
+            selector = f"speculators.dev/trainjob=eval-agree,speculators.dev/stage={role}"
+            assert list_pods(cluster, node_ns, selector) == [], role
+
+    eventually(servers_gone, timeout=120)
 
     refused = get(cluster, node_ns, "stj/eval-disagree")["status"]
     failed = {c["type"]: c for c in refused["conditions"]}["Failed"]
@@ -795,6 +812,8 @@ def test_the_evaluate_stage_publishes_an_agreeing_draft_and_refuses_a_disagreein
         f"included), client {ev['seconds']} s, {ev['tokens']} tokens over {ev['prompts']} prompts; "
         f"both jobs applied -> judged {took:.0f} s"
     )
+    sweep_wall = seconds(stages["sweep-plain"], "completionTime") - seconds(stages["evaluate"], "completionTime")
+    print(f"sweep on the real node: {sweep_wall:.0f} s for {len(curve.points)} points, two more server starts included")
 
 
 def _rfc3339(stamp: str) -> float:

@@ -125,3 +125,12 @@ def test_the_step_series_are_read_from_vllms_own_metrics() -> None:
     )
     sample = parse_sample(text + "\n")
     assert (sample.itl_sum, sample.itl_count, sample.steps) == (0.44, 44.0, 30.0)
+
+
+def test_tuning_prices_k_with_the_live_cost_of_the_same_judgement() -> None:
+    from speculator_operator.telemetry.acceptance import priced
+
+    live = acceptance_status(window(24.0, 3.0), SWEPT, revision="r", observed_at="t", min_samples=200)
+    assert priced(SWEPT, live).cost_ratio == live.cost_ratio != SWEPT.cost_ratio
+    parameters = acceptance_status(window(24.0, 3.0), SWEPT, revision="r", observed_at="t", min_samples=5000)
+    assert priced(SWEPT, parameters) == SWEPT  # too few drafts for a live cost: the stored one stands

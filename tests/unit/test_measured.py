@@ -14,12 +14,12 @@ import pytest
 
 from speculator_operator.api.common import stored
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
-from speculator_operator.controllers.telemetry import _economics
 from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.releases import get_release
 from speculator_operator.domain.sweep import PLAIN, Curve, Point
 from speculator_operator.planning.deployment import Observed, plan
 from speculator_operator.planning.measured import deployment_device, effective_cost
+from speculator_operator.telemetry.acceptance import economics_of
 
 from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
 
@@ -177,19 +177,20 @@ def test_the_acceptance_figures_and_tuning_use_the_measured_cost() -> None:
             "economics": {"costRatio": 0.02, "effectiveCostRatio": 0.13, "maxK": 3, "source": "sweep"},
         }
     )
-    econ = _economics(status)
+    econ = economics_of(status)
     assert econ is not None
     assert econ.cost_ratio == 0.13
     assert effective_cost(SLOWER, "eagle3") == 0.0  # equal step times: no measurable draft cost
 
 
 def test_speculation_off_by_the_sweep_says_so_in_the_condition() -> None:
-    from speculator_operator.api.deployment import TuningStatus
+    from speculator_operator.api.deployment import PairEconomics, TuningStatus
     from speculator_operator.telemetry.acceptance import disabled_condition
 
-    measured = disabled_condition(1, None, measured_off=True)
+    swept = PairEconomics(schedule_from="sweep")
+    measured = disabled_condition(1, None, swept)
     assert (measured.status, measured.reason) == ("False", "SpeculationDisabled")
     assert "measured sweep" in measured.message
     # Auto tuning's own switch-off (it has tuned K to 0) is said as tuning's, with its probe
-    tuned = disabled_condition(1, TuningStatus(mode="Auto", k=0, probe_at="2026-12-06T10:00:00Z"), measured_off=True)
+    tuned = disabled_condition(1, TuningStatus(mode="Auto", k=0, probe_at="2026-12-06T10:00:00Z"), swept)
     assert "probe revision" in tuned.message

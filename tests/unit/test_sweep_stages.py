@@ -53,11 +53,11 @@ def test_the_sweep_runs_each_k_on_its_own_server_one_at_a_time_after_the_gate() 
     reports["sweep-k"] = part(3)
     p = run(observed(jobs=jobs, reports=reports, servers={"evaluator": server("evaluator")}), SWEEP)
     assert ("apps/v1", "Deployment", "q-evaluator") in p.delete
-    assert kinds(p) == [("Deployment", "q-sweep-half"), ("Service", "q-sweep-half")]
+    assert kinds(p) == [("Deployment", "q-sweeper-half"), ("Service", "q-sweeper-half")]
     (deployment, _) = p.apply
     command = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--half-k" in command
-    assert command[command.index("--device-file") + 1] == "/workspace/sweep/sweep-half.device.json"
+    assert command[command.index("--device-file") + 1] == "/workspace/sweep/sweeper-half.device.json"
     failed = {c["type"]: c for c in p.status["conditions"]}["Failed"]
     assert (failed["status"], failed["reason"]) == ("False", "WaitingForServer")
 
@@ -106,20 +106,20 @@ def test_a_failed_point_fails_the_stage_naming_it_and_nothing_is_published() -> 
             "sweep": {"k": 2, "failedAt": {"k": 2, "concurrency": 4}, "points": before}}  # fmt: skip
     reports = {"evaluate": {"evaluation": MEASURED}, "sweep-k": part(3)}
     p = run(observed(jobs=jobs, reports=reports, failed_reports={"sweep-half": left},
-                     servers={"sweep-half": server("sweep-half")}), SWEEP)  # fmt: skip
+                     servers={"sweeper-half": server("sweeper-half")}), SWEEP)  # fmt: skip
     failed = {c["type"]: c for c in p.status["conditions"]}["Failed"]
     assert (p.status["phase"], failed["reason"]) == ("Failed", "SweepFailed")
     assert "reached K=2, concurrency 4" in failed["message"]
     assert "nothing was published" in failed["message"]
     assert p.status["evaluation"]["sweep"] == {"failedAt": {"k": 2, "concurrency": 4}}
-    assert ("apps/v1", "Deployment", "q-sweep-half") in p.delete
+    assert ("apps/v1", "Deployment", "q-sweeper-half") in p.delete
     assert p.apply == []
 
 
 def test_a_sweep_server_never_ready_fails_after_the_sweeps_timeout_and_stays_failed() -> None:
     jobs = {s: job("done") for s in [*BEFORE, "sweep-k"]}
     reports = {"evaluate": {"evaluation": MEASURED}, "sweep-k": part(3)}
-    servers = {"sweep-half": server("sweep-half", available=False)}
+    servers = {"sweeper-half": server("sweeper-half", available=False)}
     within = datetime(2026, 11, 29, 10, 14, 0, tzinfo=UTC)
     p = run(observed(jobs=jobs, reports=reports, servers=servers, at=within), SWEEP)
     assert p.status["phase"] == "Sweeping"
@@ -128,9 +128,24 @@ def test_a_sweep_server_never_ready_fails_after_the_sweeps_timeout_and_stays_fai
     failed = {c["type"]: c for c in p.status["conditions"]}["Failed"]
     assert (p.status["phase"], failed["reason"]) == ("Failed", "SweepFailed")
     assert "(evaluation.sweep.timeoutSeconds 900)" in failed["message"]
-    assert ("apps/v1", "Deployment", "q-sweep-half") in p.delete
+    assert ("apps/v1", "Deployment", "q-sweeper-half") in p.delete
     # its server gone, the next pass does not start it again
     again = run(observed(status=p.status, jobs=jobs, reports=reports, at=late), SWEEP)
     assert again.apply == []
     assert again.status == p.status  # nothing to write
     assert again.events == []
+
+
+def test_no_server_shares_a_stage_name() -> None:
+    """A server's role and a stage's name are both a pod's speculators.dev/stage label (and `NAME-<it>` names both a
+    Job and a Deployment): were they equal, a server's Service would select its own client's pod."""
+    from speculator_operator.domain.releases import get_release
+    from speculator_operator.render.training import SERVER_ROLES, Inputs, stages
+
+    spec = SpeculatorTrainJobSpec.model_validate(
+        {**SWEEP.model_dump(by_alias=True, exclude_none=True), "data": {**SPEC.model_dump(by_alias=True)["data"],
+                                                                        "regenerate": {"dataset": "ultrachat"}}}
+    )  # fmt: skip
+    names = {s.name for s in stages(Inputs("q", "ml", spec, get_release(), "r", 36))}
+    assert {"sweep-half", "sweep-plain", "regenerate", "extract", "evaluate"} <= names
+    assert names.isdisjoint(SERVER_ROLES)

@@ -135,16 +135,26 @@ def start_server(vllm_env: Path, inputs: Inputs, role: str, workspace: Path, log
     return srv
 
 
-def evaluate(inputs: Inputs, workspace: Path, endpoint: str, report: Path) -> tuple[int, dict[str, Any], str]:
-    stage = next(s for s in stages(inputs) if s.name == "evaluate")
-    argv = container_argv(stage.children[0], workspace)
-    argv = [a.replace("http://tiny-evaluator.ml.svc:8000", endpoint) for a in argv]
-    env = {
+def client_env(report: Path) -> dict[str, str]:
+    """A stage client's environment: its report where the kubelet would read it, this package's entrypoint on PATH."""
+    return {
         **os.environ,
         "SPECULATOR_REPORT_PATH": str(report),
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     }
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
+
+
+def with_draft(workspace: Path, draft: Path) -> None:
+    """`draft` where training would have written it."""
+    shutil.rmtree(workspace / "checkpoints", ignore_errors=True)
+    shutil.copytree(draft, workspace / "checkpoints")
+
+
+def evaluate(inputs: Inputs, workspace: Path, endpoint: str, report: Path) -> tuple[int, dict[str, Any], str]:
+    stage = next(s for s in stages(inputs) if s.name == "evaluate")
+    argv = container_argv(stage.children[0], workspace)
+    argv = [a.replace("http://tiny-evaluator.ml.svc:8000", endpoint) for a in argv]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=client_env(report))
     return result.returncode, json.loads(report.read_text()), result.stderr
 
 
@@ -161,8 +171,7 @@ def test_the_pinned_vllm_judges_a_draft_built_to_agree_or_to_disagree(
     outcome: str,
 ) -> None:
     ws = workspace_with_held_out
-    shutil.rmtree(ws / "checkpoints", ignore_errors=True)
-    shutil.copytree(known_pair[draft], ws / "checkpoints")  # where training would have written it
+    with_draft(ws, known_pair[draft])
     inputs = rendered()
     t0 = time.monotonic()
     srv = start_server(vllm_env, inputs, "evaluator", ws, tmp_path / "evaluator.log")
@@ -196,8 +205,7 @@ def test_a_server_without_the_draft_is_zero_drafts(
 ) -> None:
     """The plain verifier server (no speculative config) in the evaluator's place: nothing is drafted."""
     ws = workspace_with_held_out
-    shutil.rmtree(ws / "checkpoints", ignore_errors=True)
-    shutil.copytree(known_pair["agree"], ws / "checkpoints")
+    with_draft(ws, known_pair["agree"])
     inputs = rendered()
     srv = start_server(vllm_env, inputs, "verifier", ws, tmp_path / "plain.log")
     try:
@@ -225,12 +233,7 @@ SWEEP_SPEC: dict[str, Any] = {
 def run_client(stage: Any, workspace: Path, endpoint: str, report: Path) -> subprocess.Popen[str]:
     argv = container_argv(stage.children[0], workspace)
     argv = [a.replace(f"http://tiny-{stage.server}.ml.svc:8000", endpoint) for a in argv]
-    env = {
-        **os.environ,
-        "SPECULATOR_REPORT_PATH": str(report),
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-    }
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=client_env(report))
 
 
 def test_the_sweep_measures_every_k_and_concurrency_into_one_consistent_curve(
@@ -242,14 +245,13 @@ def test_the_sweep_measures_every_k_and_concurrency_into_one_consistent_curve(
     from speculator_operator.planning.sweep import curve_of
 
     ws = workspace_with_held_out
-    shutil.rmtree(ws / "checkpoints", ignore_errors=True)
-    shutil.copytree(known_pair["agree"], ws / "checkpoints")
+    with_draft(ws, known_pair["agree"])
     inputs = rendered(SWEEP_SPEC)
     planned = [s for s in stages(inputs) if s.name.startswith("sweep-")]
     assert [(s.name, s.server) for s in planned] == [
         ("sweep-k", "evaluator"),
-        ("sweep-half", "sweep-half"),
-        ("sweep-plain", "sweep-plain"),
+        ("sweep-half", "sweeper-half"),
+        ("sweep-plain", "sweeper-plain"),
     ]
     reports: dict[str, StageReport] = {}
     t0 = time.monotonic()
@@ -298,8 +300,7 @@ def test_a_server_killed_mid_sweep_fails_the_stage_naming_the_point(
     from speculator_operator.planning.sweep import failed_at, failure_words
 
     ws = workspace_with_held_out
-    shutil.rmtree(ws / "checkpoints", ignore_errors=True)
-    shutil.copytree(known_pair["agree"], ws / "checkpoints")
+    with_draft(ws, known_pair["agree"])
     spec = {**SWEEP_SPEC, "evaluation": {**SWEEP_SPEC["evaluation"], "maxTokens": 256}}
     spec["evaluation"]["sweep"] = {**spec["evaluation"]["sweep"], "rounds": 8}
     inputs = rendered(spec)

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,7 +29,6 @@ from prometheus_client import Counter, Gauge
 from speculator_operator.api.common import Condition, evolve, typed_status
 from speculator_operator.api.deployment import (
     Acceptance,
-    PairEconomics,
     SpeculatorDeploymentSpec,
     SpeculatorDeploymentStatus,
 )
@@ -41,15 +40,16 @@ from speculator_operator.planning.watched import ready, scrape_target, scraped
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.telemetry.acceptance import (
-    Economics,
     MetricsError,
     Window,
     acceptance_status,
     disabled_condition,
+    economics_of,
     effective_condition,
     first_measure_due,
     parse_sample,
     plan_update,
+    priced,
 )
 
 PLURAL = "speculatordeployments"
@@ -146,20 +146,6 @@ async def _scrape_one(window: Window, target: dict[str, Any], now: float) -> Non
     window.observe(pod, revision, sample, now)
 
 
-def _economics(status: SpeculatorDeploymentStatus) -> Economics | None:
-    k, algorithm = status.num_speculative_tokens, status.algorithm
-    if k is None or k < 0 or not algorithm:  # 0: tuning switched speculation off
-        return None
-    econ = status.economics or PairEconomics()
-    max_k = econ.max_k if econ.max_k is not None else k
-    # the measured cost where there is one (a sweep on this device class: planning/measured.py), else the parameters'
-    measured = econ.effective_cost_ratio is not None
-    cost = econ.effective_cost_ratio if measured else econ.cost_ratio
-    steps = tuple((float(b), float(ms)) for b, ms in econ.plain_steps or [] if ms)
-    source = econ.source if measured and econ.source else "parameters"
-    return Economics(k=k, algorithm=algorithm, cost_ratio=cost, max_k=max_k, source=source, plain_steps=steps)
-
-
 def _publish(namespace: str, name: str, acc: Acceptance) -> None:
     for gauge, key in (
         (RATE, "rate"),
@@ -222,7 +208,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     spec, status, meta = body.spec, body.status, body.meta
     name, namespace, uid = meta["name"], meta.get("namespace"), meta["uid"]
     current = typed_status(SpeculatorDeploymentStatus, dict(status or {}))
-    econ = _economics(current)
+    econ = economics_of(current)
     revision = current.revision
     parsed = parse_spec(SpeculatorDeploymentSpec, spec)
     if namespace is None or econ is None or not revision or isinstance(parsed, Problem):
@@ -233,8 +219,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     acc: Acceptance | None = None
     refilling = False
     if econ.k == 0:  # tuning switched speculation off: nothing to scrape until a probe revision runs
-        measured_off = current.economics is not None and current.economics.schedule_from == "sweep"
-        cond = disabled_condition(generation, current.tuning, measured_off)
+        cond = disabled_condition(generation, current.tuning, current.economics)
     else:
         window, since = _windows.get(uid) or (None, 0.0)
         if window is None or window.seconds != tuning.window_seconds:
@@ -298,12 +283,12 @@ def judge(
     """The status after a scrape's judgement (None: nothing to write), whether a tuned K rolls a new revision
     (the tuned state is then in that status: the render reads it from there), and the events. Pure: the pass
     calls it with the status it read, the scrape with its own copy to know whether a pass is worth it."""
-    econ = _economics(current)
+    econ = economics_of(current)
     if econ is None:
         return None, False, []
     tuning = spec.serving.tuning
-    if judged.acc is not None and judged.acc.cost_source == "live" and judged.acc.cost_ratio is not None:
-        econ = replace(econ, cost_ratio=judged.acc.cost_ratio)  # tuning prices K with the figures' own live cost
-    tuned = plan_tuning(spec, current.tuning, judged.acc, econ, time.time(), tuning.min_samples, blocked(current))
+    tuned = plan_tuning(
+        spec, current.tuning, judged.acc, priced(econ, judged.acc), time.time(), tuning.min_samples, blocked(current)
+    )
     update = plan_update(current, judged.acc, judged.cond, tuned.state, judged.refilling)
     return update.status, tuned.rollout and update.status is not None, update.events + tuned.events

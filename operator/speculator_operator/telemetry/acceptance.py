@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -286,6 +286,28 @@ class Economics:
     plain_steps: tuple[tuple[float, float], ...] = ()  # the sweep's plain step time (batch, ms) on this device class
 
 
+def economics_of(status: SpeculatorDeploymentStatus) -> Economics | None:
+    """What the served pair costs, from its status: the measured cost where there is one (a sweep on this device
+    class, or the live cost since: planning/measured.py), else the parameters'. None while nothing is served."""
+    k, algorithm = status.num_speculative_tokens, status.algorithm
+    if k is None or k < 0 or not algorithm:  # 0: speculation switched off
+        return None
+    econ = status.economics or PairEconomics()
+    max_k = econ.max_k if econ.max_k is not None else k
+    measured = econ.effective_cost_ratio is not None
+    cost = econ.effective_cost_ratio if measured else econ.cost_ratio
+    steps = tuple((float(b), float(ms)) for b, ms in econ.plain_steps or [] if ms)
+    source = econ.source if measured and econ.source else "parameters"
+    return Economics(k=k, algorithm=algorithm, cost_ratio=cost, max_k=max_k, source=source, plain_steps=steps)
+
+
+def priced(econ: Economics, acc: Acceptance | None) -> Economics:
+    """`econ` with the live cost this judgement's figures used, where they used one: tuning prices K with it too."""
+    if acc is not None and acc.cost_source == "live" and acc.cost_ratio is not None:
+        return replace(econ, cost_ratio=acc.cost_ratio)
+    return econ
+
+
 @dataclass(frozen=True)
 class LiveCost:
     """The draft's effective cost from the window's step times against the sweep's plain ones at the same batch."""
@@ -475,9 +497,12 @@ def changed_materially(old: Acceptance | None, new: Acceptance) -> bool:
     return any(_moved(a, b, 0.01) for a, b in zip(old.per_position or [], new.per_position or [], strict=True))
 
 
-def disabled_condition(generation: int, tuning: TuningStatus | None, measured_off: bool = False) -> Condition:
+def disabled_condition(
+    generation: int, tuning: TuningStatus | None, economics: PairEconomics | None = None
+) -> Condition:
     """SpeculationEffective while speculation is off: False, with why. Tuning turned it off (and says when it measures
     again), or the draft's measured sweep found plain decoding at least as fast on this device class."""
+    measured_off = economics is not None and economics.schedule_from == "sweep"
     if measured_off and (tuning is None or tuning.k != 0):
         message = ("the draft's measured sweep found plain decoding at least as fast at every concurrency on this "
                    "device class (status.economics); set numSpeculativeTokens to speculate anyway")  # fmt: skip

@@ -38,7 +38,7 @@ OUTPUT_MOUNT = "/output"
 RDZV_PORT = 29500
 TRAINER_GRACE_SECONDS = 180  # speculators saves `interrupted/` on SIGTERM within a 120 s watchdog
 # the vLLM servers a stage may talk to (the sweep's two: render/training/sweep.py)
-SERVER_ROLES = ("verifier", "extractor", "evaluator", "sweep-half", "sweep-plain")
+SERVER_ROLES = ("verifier", "extractor", "evaluator", "sweeper-half", "sweeper-plain")
 
 
 @dataclass(frozen=True)

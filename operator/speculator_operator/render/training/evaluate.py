@@ -89,17 +89,17 @@ def evaluator_args(inputs: Inputs) -> list[str]:
 def evaluator_command(inputs: Inputs, role: str = "evaluator") -> list[str]:
     """The evaluation server's entrypoint: audit the checkpoint again where vLLM reads it, add the speculative
     config it calls for (K from the spec's evaluation, else the checkpoint's), exec vLLM. The sweep's servers
-    (render/training/sweep.py) are the same with half the K, or without the speculative config (role sweep-plain);
+    (render/training/sweep.py) are the same with half the K, or without the speculative config (role sweeper-plain);
     with a sweep, each writes its device and K where the sweep's client reads them."""
     ev = inputs.spec.evaluation
     sweeping = ev is not None and ev.sweep is not None
     device = ["--device-file", device_file(role)] if sweeping else []
-    if role == "sweep-plain":
+    if role == "sweeper-plain":
         return ["speculator-operator", "vllm", *device, "--", *evaluator_args(inputs)]
     command = ["speculator-operator", "serve", "--draft", final_checkpoint(inputs), "--verifier", VERIFIER,
                "--release", inputs.release.name, "--speculate", *device]  # fmt: skip
     if ev is not None and ev.num_speculative_tokens is not None:
         command += ["--num-speculative-tokens", str(ev.num_speculative_tokens)]
-    if role == "sweep-half":
+    if role == "sweeper-half":
         command.append("--half-k")
     return [*command, "--", *evaluator_args(inputs)]

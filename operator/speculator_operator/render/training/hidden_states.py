@@ -140,7 +140,7 @@ def server(inputs: Inputs, role: str) -> list[dict[str, Any]]:
     """Deployment + Service of a vLLM server that a stage's client talks to."""
     spec = inputs.spec
     name = server_name(inputs.name, role)
-    if role in ("evaluator", "sweep-half", "sweep-plain"):
+    if role in ("evaluator", "sweeper-half", "sweeper-plain"):
         entrypoint = evaluator_command(inputs, role)
     else:
         entrypoint = ["speculator-operator", "vllm", "--", *server_args(inputs, role)]

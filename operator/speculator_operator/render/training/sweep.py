@@ -1,10 +1,10 @@
 """The sweep stages (spec.evaluation.sweep): after the acceptance gate, one stage per K, each with a server lifetime of
 its own, in order: `sweep-k` on the evaluation server itself (the evaluated K: the server stays up from the evaluate
-stage), `sweep-half` on a server with ⌈K/2⌉ (left out where that is K itself: K = 1), `sweep-plain` on a server without
-a speculative config. Each server is the evaluation server's rendering with only K changed (or the speculative config
-left out); its entrypoint writes the device and the K it serves into the workspace for the client
-(`speculator-operator trainer sweep`, pods/sweep.py), which never runs vLLM itself. The stage machine runs one server at
-a time (planning/trainjob.py); the planner assembles the curve from the three reports (domain/sweep.py)."""
+stage), `sweep-half` on `NAME-sweeper-half` with ⌈K/2⌉ (left out where that is K itself: K = 1), `sweep-plain` on
+`NAME-sweeper-plain` without a speculative config. Each server is the evaluation server's rendering with only K changed
+(or the speculative config left out); its entrypoint writes the device and the K it serves into the workspace for the
+client (`speculator-operator trainer sweep`, pods/sweep.py), which never runs vLLM itself. The stage machine runs one
+server at a time (planning/trainjob.py); the planner assembles the curve from the three reports (domain/sweep.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,11 @@ from speculator_operator.render.training.common import HELD_OUT, VERIFIER, Input
 from speculator_operator.render.training.evaluate import device_file
 
 # (stage, its label for the client, the server role it talks to)
-SWEEP_STAGES = (("sweep-k", "k", "evaluator"), ("sweep-half", "half", "sweep-half"),
-                ("sweep-plain", "plain", "sweep-plain"))  # fmt: skip
-SWEEP_ROLES = ("sweep-half", "sweep-plain")
+SWEEP_STAGES = (("sweep-k", "k", "evaluator"), ("sweep-half", "half", "sweeper-half"),
+                ("sweep-plain", "plain", "sweeper-plain"))  # fmt: skip
+# the servers' roles differ from the stages' names: both are a pod's speculators.dev/stage label, and a server's
+# Service must never select its client's pod
+SWEEP_ROLES = ("sweeper-half", "sweeper-plain")
 FAIL_FAST = (int(ExitCode.USAGE), int(ExitCode.SWEEP_FAILED))  # a retry would measure on another server lifetime
 
 
