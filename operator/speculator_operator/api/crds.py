@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from speculator_operator.api.canary import IN_PLACE_RULE
 from speculator_operator.api.common import CATEGORY, GROUP, VERSION
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import PART_OF_LABEL
@@ -95,13 +96,15 @@ def speculator_deployment_crd() -> dict[str, Any]:
             col("Revision", ".status.revision", priority=1),
             col("Verifier-Rev", ".status.verifierRevision", priority=1),
             col("Draft-Rev", ".status.draftRevision", priority=1),
+            col("Canary", ".status.canary.state", priority=1),
         ],
         root_rules=[
             {
                 "rule": "self.metadata.name != 'vllm'",
                 "message": "a SpeculatorDeployment may not be named vllm: its Service would inject VLLM_PORT into "
                 "pods and stop vLLM at start-up",
-            }
+            },
+            IN_PLACE_RULE,
         ],
     )
 

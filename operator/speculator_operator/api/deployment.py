@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from speculator_operator.api.canary import Canary, CanaryStatus
 from speculator_operator.api.common import Condition, Model, SecretRef
 from speculator_operator.api.parallelism import PARALLEL_FLAGS, Layout, Parallelism, layout, layout_rules
 
@@ -249,6 +250,12 @@ class UpgradePolicy(Model):
     poll_interval_seconds: int = Field(
         default=600, ge=30, le=86400, description="How often the verifier and draft revisions are resolved again."
     )
+    canary: Canary | None = Field(
+        default=None,
+        description="Roll a new draft revision (the verifier unchanged) out as a canary judged on live acceptance "
+        "against the incumbent; promoted or rolled back by the operator. Off when unset; `canary: {}` turns it on "
+        "with the defaults (docs/concepts/canary.md).",
+    )
     train_template: dict[str, Any] | None = Field(
         default=None,
         description="A SpeculatorTrainJob spec without verifier and deployTo: what Retrain runs (and Redeploy "
@@ -485,3 +492,4 @@ class SpeculatorDeploymentStatus(Model):
     acceptance: Acceptance | None = None
     economics: PairEconomics | None = None
     tuning: TuningStatus | None = None
+    canary: CanaryStatus | None = Field(default=None, description="The canary in flight, or the last one's verdict.")
