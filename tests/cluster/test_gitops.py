@@ -34,7 +34,7 @@ KSTATUS = {
         "degraded-verifier-refused": "Failed", "audit-failed": "Failed", "invalid-spec": "Failed",
         "retrain-unavailable": "Failed", "rollout-stuck": "Failed", "verifier-paused": "Current",
         "draft-paused": "Current", "retraining": "Current", "retraining-after-refusal": "InProgress",
-        "generation-not-observed": "InProgress",
+        "generation-not-observed": "InProgress", "canary-analyzing": "InProgress", "canary-rejected": "Current",
     },
     "SpeculatorTrainJob": {
         "pending": "InProgress", "first-stage-not-started": "InProgress", "running": "Current",

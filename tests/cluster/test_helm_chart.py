@@ -184,6 +184,15 @@ def test_monitoring_objects_render_and_promtool_checks_the_alerts_and_the_dashbo
                     {"series": 'speculator_predicted_speedup{namespace="ml",name="qwen"}', "values": "0.8x30"},
                     {"series": 'speculator_predicted_speedup{namespace="ml",name="fine"}', "values": "2.4x30"},
                     {"series": 'speculator_predicted_speedup{namespace="ml",name="brief"}', "values": "0.5x3 2x27"},
+                    # a canary rejected at minute 10; another one promoted: only the rejection alerts
+                    {
+                        "series": 'speculator_canary_verdicts_total{namespace="ml",name="qwen",verdict="RolledBack"}',
+                        "values": "0x10 1x20",
+                    },
+                    {
+                        "series": 'speculator_canary_verdicts_total{namespace="ml",name="fine",verdict="Promoted"}',
+                        "values": "0x10 1x20",
+                    },
                 ],
                 "alert_rule_test": [
                     {"eval_time": "5m", "alertname": "SpeculationBelowBreakEven", "exp_alerts": []},
@@ -194,6 +203,27 @@ def test_monitoring_objects_render_and_promtool_checks_the_alerts_and_the_dashbo
                             {
                                 "exp_labels": {"severity": "warning", "namespace": "ml", "name": "qwen"},
                                 "exp_annotations": {"summary": summary, "description": description},
+                            }
+                        ],
+                    },
+                    {"eval_time": "5m", "alertname": "SpeculatorCanaryRolledBack", "exp_alerts": []},
+                    {
+                        "eval_time": "15m",
+                        "alertname": "SpeculatorCanaryRolledBack",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "warning",
+                                    "namespace": "ml",
+                                    "name": "qwen",
+                                    "verdict": "RolledBack",
+                                },
+                                "exp_annotations": {
+                                    "summary": "The canary of a new draft on ml/qwen was rolled back",
+                                    "description": "Its live acceptance fell below the incumbent's beyond the margin; "
+                                    "the incumbent serves on. kubectl get sdep qwen -n ml -o "
+                                    "jsonpath='{.status.canary.message}' gives both figures.",
+                                },
                             }
                         ],
                     },

@@ -43,44 +43,55 @@ def run(intervals: list[tuple[Acceptance, Acceptance]], policy: Canary = POLICY)
 
 def test_steady_equal_acceptance_promotes_after_n_intervals() -> None:
     canary, said, verdicts = run([(side(0.7), side(0.7))] * 5)
-    assert said[:3] == ["Pass"] * 3 and said[3:] == [None, None]  # the analysis ends with the verdict
+    assert said[:3] == ["Pass"] * 3
+    assert said[3:] == [None, None]
     assert (canary.state, canary.verdict, canary.verdict_at, verdicts) == ("Promoting", "Promoted", iso(15), 1)
-    assert canary.counts.passed == 3 and canary.candidate.alpha == 0.7 and canary.incumbent.drafts == 1000
+    assert canary.counts.passed == 3
+    assert canary.candidate.alpha == 0.7
+    assert canary.incumbent.drafts == 1000
 
 
 def test_a_candidate_twenty_points_lower_rolls_back_at_the_failure_limit() -> None:
     canary, said, _ = run([(side(0.5), side(0.7))] * 4)
     assert said == ["Fail", "Fail", None, None]
     assert (canary.state, canary.verdict, canary.counts.failed_in_a_row) == ("RolledBack", "RolledBack", 2)
-    assert "α 0.5" in (canary.message or "") and "α 0.7" in (canary.message or "")  # both figures
+    assert "α 0.5" in (canary.message or "")
+    assert "α 0.7" in (canary.message or "")
 
 
 def test_traffic_that_stops_is_inconclusive_never_a_rollback() -> None:
     quiet = (side(0.1, drafts=5), side(0.7, drafts=5))  # a tenth of the incumbent's α, but no evidence
     canary, said, verdicts = run([quiet] * 24)  # two hours
-    assert set(said) == {"Inconclusive"} and verdicts == 0 and canary.state == "Analyzing"
-    assert canary.counts.inconclusive == 24 and canary.counts.failed == 0
+    assert set(said) == {"Inconclusive"}
+    assert verdicts == 0
+    assert canary.state == "Analyzing"
+    assert canary.counts.inconclusive == 24
+    assert canary.counts.failed == 0
 
 
 def test_an_inconclusive_interval_breaks_no_run() -> None:
     good, quiet = (side(0.7), side(0.7)), (side(0.7, drafts=0), side(0.7, drafts=0))
     canary, said, _ = run([good, good, quiet, good])
-    assert said == ["Pass", "Pass", "Inconclusive", "Pass"] and canary.verdict == "Promoted"
+    assert said == ["Pass", "Pass", "Inconclusive", "Pass"]
+    assert canary.verdict == "Promoted"
 
 
 def test_one_noisy_interval_inside_a_good_run_rolls_nothing_back() -> None:
     good, noisy = (side(0.7), side(0.7)), (side(0.4), side(0.7))
     canary, said, _ = run([good, good, noisy, good, good, good])
     assert said == ["Pass", "Pass", "Fail", "Pass", "Pass", "Pass"]
-    assert canary.verdict == "Promoted" and canary.counts.failed == 1
+    assert canary.verdict == "Promoted"
+    assert canary.counts.failed == 1
 
 
 def test_alternating_evidence_for_an_hour_gives_at_most_one_verdict() -> None:
     good, bad = (side(0.7), side(0.7)), (side(0.4), side(0.7))
     canary, said, verdicts = run([good, bad] * 6)  # twelve five-minute intervals
     assert verdicts == 1
-    assert canary.verdict == "RolledBack" and said.count("Fail") == POLICY.max_failures  # the failures in all
-    assert said[:6] == ["Pass", "Fail"] * 3 and said[6:] == [None] * 6  # nothing counted after the verdict
+    assert canary.verdict == "RolledBack"
+    assert said.count("Fail") == POLICY.max_failures
+    assert said[:6] == ["Pass", "Fail"] * 3
+    assert said[6:] == [None] * 6
 
 
 def test_within_the_margin_passes_beyond_it_fails() -> None:
@@ -96,9 +107,12 @@ def test_within_the_margin_passes_beyond_it_fails() -> None:
 def test_an_interval_counted_before_is_not_counted_again() -> None:
     canary, _, _ = run([(side(0.7), side(0.7))])
     again, verdict = plan.fold(canary, Measured(iso(0), iso(5), side(0.4), side(0.7)), POLICY, iso(6))
-    assert verdict is None and again == canary  # a restart that measured the same interval adds nothing
+    assert verdict is None
+    assert again == canary
     later, verdict = plan.fold(canary, Measured(iso(5), iso(10), side(0.4), side(0.7)), POLICY, iso(10))
-    assert verdict == "Fail" and later.counts.failed == 1 and later.counts.passed == 1
+    assert verdict == "Fail"
+    assert later.counts.failed == 1
+    assert later.counts.passed == 1
 
 
 def _spec(canary: dict[str, Any] | None = None, replicas: int = 1, **serving: Any) -> SpeculatorDeploymentSpec:
@@ -176,24 +190,34 @@ def test_the_canary_deployment_selects_its_own_track_only() -> None:
         },
     }
     out = plan.canary_workload(rendered, 1)
-    assert out["metadata"]["name"] == "m-canary" and out["spec"]["replicas"] == 1
+    assert out["metadata"]["name"] == "m-canary"
+    assert out["spec"]["replicas"] == 1
     assert out["spec"]["selector"]["matchLabels"] == {"a": "m", TRACK_LABEL: "canary"}
     assert out["spec"]["template"]["metadata"]["labels"][TRACK_LABEL] == "canary"
     assert "a" in out["spec"]["template"]["metadata"]["labels"]  # the Service's and the PDB's labels stay
-    assert rendered["spec"]["replicas"] == 4 and TRACK_LABEL not in rendered["spec"]["selector"]["matchLabels"]
+    assert rendered["spec"]["replicas"] == 4
+    assert TRACK_LABEL not in rendered["spec"]["selector"]["matchLabels"]
 
 
 def test_in_place_scales_the_live_incumbent_without_changing_its_template() -> None:
     live = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": "m", "namespace": "ns", "uid": "u", "resourceVersion": "7", "generation": 3,
-                     "annotations": {REVISION_LABEL: "inc", "deployment.kubernetes.io/revision": "2"},
-                     "managedFields": [{}]},  # fmt: skip
+        "metadata": {
+            "name": "m",
+            "namespace": "ns",
+            "uid": "u",
+            "resourceVersion": "7",
+            "generation": 3,
+            "annotations": {REVISION_LABEL: "inc", "deployment.kubernetes.io/revision": "2"},
+            "managedFields": [{}],
+        },
         "spec": {"replicas": 4, "template": {"metadata": {"creationTimestamp": None}, "spec": {"x": 1}}},
         "status": {"replicas": 4},
     }
     out = plan.scaled(live, 3)
-    assert out["spec"]["replicas"] == 3 and out["spec"]["template"] == {"metadata": {}, "spec": {"x": 1}}
+    assert out["spec"]["replicas"] == 3
+    assert out["spec"]["template"] == {"metadata": {}, "spec": {"x": 1}}
     assert out["metadata"] == {"name": "m", "namespace": "ns", "annotations": {REVISION_LABEL: "inc"}}
-    assert "status" not in out and live["spec"]["replicas"] == 4
+    assert "status" not in out
+    assert live["spec"]["replicas"] == 4

@@ -92,7 +92,7 @@ def test_an_object_deleted_before_its_job_runs_keeps_nothing(scrape: list[Any]) 
 
 
 def test_an_object_deleted_during_its_scrape_keeps_nothing(scrape: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    async def deleted_meanwhile(window: Window, target: dict[str, Any], now: float) -> None:
+    async def deleted_meanwhile(window: Window, target: dict[str, Any], now: float, also: Any = None) -> None:
         periodic.seen(telemetry.PLURAL, body(), "DELETED")  # the watch's event, handled while the GET waits
 
     monkeypatch.setattr(telemetry, "_scrape_one", deleted_meanwhile)

@@ -17,7 +17,9 @@ TRAINJOB_LABEL = "speculators.dev/trainjob"  # children of a SpeculatorTrainJob:
 STAGE_LABEL = "speculators.dev/stage"  # a train job's child: its stage (or server role)
 REVISION_LABEL = "speculators.dev/revision"  # serving pods: the coherent revision (label and annotation)
 RETRAINS_LABEL = "speculators.dev/retrains"  # a train job a deployment started: the deployment's name
-TRACK_LABEL = "speculators.dev/track"  # a canary's Deployment, its selector and its pods: canary (docs/concepts/canary.md)
+TRACK_LABEL = (
+    "speculators.dev/track"  # a canary's Deployment, its selector and its pods: canary (docs/concepts/canary.md)
+)
 ROLE_LABEL = "speculators.dev/role"  # a multi-node server's pods: leader (API server, /metrics) or worker (headless)
 # set by the LeaderWorkerSet controller on its pods (sigs.k8s.io/lws api/leaderworkerset/v1)
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"

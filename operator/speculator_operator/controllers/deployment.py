@@ -12,7 +12,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from speculator_operator.api.common import GROUP, VERSION, evolve
+from speculator_operator.api.common import GROUP, VERSION, evolve, now
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import DEPLOYMENT_LABEL
 from speculator_operator.controllers import drift, observed, telemetry
@@ -28,6 +28,7 @@ from speculator_operator.domain.checkpoint import (
 from speculator_operator.domain.economics import pair_cost_ratio
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import Problem, parse_spec, requests
+from speculator_operator.planning import canary as canaries
 from speculator_operator.planning.deployment import (
     Observed,
     Plan,
@@ -189,7 +190,19 @@ def deployment_pods(namespace: str, name: str) -> list[dict[str, Any]]:
     return list_pods(namespace, f"{DEPLOYMENT_LABEL}={name}")
 
 
-ORDER = ("reconcile", "restore", "trainjob", "request", "tuning", "poll", "retrain", "child", "resync", "scrape")
+ORDER = (
+    "reconcile",
+    "restore",
+    "trainjob",
+    "request",
+    "canary",
+    "tuning",
+    "poll",
+    "retrain",
+    "child",
+    "resync",
+    "scrape",
+)
 CONTROLLER = DEPLOYMENTS
 periodic.controlled(PLURAL, CONTROLLER)
 
@@ -324,6 +337,10 @@ class _Pass:
             agree = seen is not None and pods_agree(child, seen.pods)
             pods = seen.pods if seen is not None and agree else deployment_pods(self.namespace, self.name)
         new = refresh_serving(parsed, current, child, self.generation, pods)
+        done = canaries.promoted(new, self.name, now())
+        if done is not None:  # the promoted revision serves every replica: the canary's Deployment goes
+            new = evolve(new, None, canary=done[0])
+            kube.delete_object(*done[1][:2], self.namespace, done[1][2])
         self.status.set(new, cause)
         if layout_change_done(current, new):
             # a layout change is done when the new workload is ready: the one of the other kind goes
@@ -390,13 +407,20 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     CONTROLLER.generations.done(one.uid, one.generation)
     parsed = parsed_spec(raw.get("spec") or {})
     with metrics.reconciling("SpeculatorDeployment"):
-        tuned = False
+        tuned = decided = False
         judged = telemetry.held(key)
         if judged is not None and parsed is not None:
             new, tuned, events = telemetry.judge(parsed, one.status.status, judged, one.generation)
             one.events.extend(events)
             if new is not None:
                 one.status.set(new, "tuning" if tuned else "scrape")
+            counted, said, verdict = canaries.judge_intervals(parsed, one.status.status, judged.canary, now())
+            one.events.extend(said)
+            if counted is not None:
+                one.status.set(counted, "canary" if verdict else "scrape")
+            if verdict is not None:
+                decided = True
+                metrics.canary_verdict(one.namespace, one.name, verdict)
         adopted = one.take_offer(parsed) if parsed is not None else None
         if adopted is not None:
             causes = causes | {Cause.TRAINJOB}
@@ -412,6 +436,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
             valid=parsed is not None,
             resume=Request.RESUME in asked,
             resolve=Request.RESOLVE in asked,
+            decided=decided,
         )
         if steps.main in (Step.RECONCILE, Step.RESTORE):
             one.reconcile(steps.cause, restoring=restoring)
@@ -599,7 +624,9 @@ async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **
         observed.forget((namespace, owner))  # its pass reads the child itself: one held before may be gone
         CONTROLLER.enqueue(namespace, owner, Cause.DRIFT)
     elif changed:
-        observed.hold((namespace, owner), observed.pods(kwargs, (namespace, owner)), child=body)
+        # a canary's Deployment is not the serving workload the counts read: its pods are held, the child is not
+        main = (body.get("metadata") or {}).get("name") != canaries.canary_name(owner)
+        observed.hold((namespace, owner), observed.pods(kwargs, (namespace, owner)), child=body if main else None)
         first = READINESS_PRIORITY if changed is observed.Moved.READINESS else 0
         CONTROLLER.enqueue(namespace, owner, Cause.CHILD, first)
 

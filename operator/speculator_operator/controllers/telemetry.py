@@ -34,12 +34,14 @@ from speculator_operator.api.deployment import (
 )
 from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.planning import Problem, parse_spec
+from speculator_operator.planning.canary import Measured
 from speculator_operator.planning.passes import Cause
 from speculator_operator.planning.tuning import blocked, plan_tuning
 from speculator_operator.planning.watched import ready, scrape_target, scraped
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.telemetry.acceptance import (
+    Economics,
     MetricsError,
     Window,
     acceptance_status,
@@ -124,14 +126,18 @@ async def fetch_metrics(url: str) -> str:
     return body.decode("utf-8", errors="replace")
 
 
-async def _scrape_one(window: Window, target: dict[str, Any], now: float) -> None:
+async def _scrape_one(window: Window, target: dict[str, Any], now: float, also: Window | None = None) -> None:
+    """Scrape one pod into `window` (and into `also`, a canary's interval window, when there is one)."""
     pod, revision = str(target["pod"]), target.get("revision")
     ip, port = target.get("ip"), target.get("port")
+    windows = [window] if also is None else [window, also]
     if not ip or not port:
-        window.failed(pod, revision, "NoAddress", "the pod has no address or no http port yet", now)
+        for w in windows:
+            w.failed(pod, revision, "NoAddress", "the pod has no address or no http port yet", now)
         return
     if not kube.dialable(str(ip)):
-        window.failed(pod, revision, "OutsideScrapeNetworks", f"{ip} lies outside SPECULATOR_SCRAPE_NETWORKS", now)
+        for w in windows:
+            w.failed(pod, revision, "OutsideScrapeNetworks", f"{ip} lies outside SPECULATOR_SCRAPE_NETWORKS", now)
         return
     host = f"[{ip}]" if ":" in str(ip) else str(ip)
     try:
@@ -140,10 +146,12 @@ async def _scrape_one(window: Window, target: dict[str, Any], now: float) -> Non
     except MetricsError as exc:
         if exc.reason in ("Unparseable", "NoSpecDecodeMetrics"):
             SCRAPES.labels(exc.reason.lower()).inc()
-        window.failed(pod, revision, exc.reason, str(exc), now)
+        for w in windows:
+            w.failed(pod, revision, exc.reason, str(exc), now)
         return
     SCRAPES.labels("ok").inc()
-    window.observe(pod, revision, sample, now)
+    for w in windows:
+        w.observe(pod, revision, sample, now)
 
 
 def _publish(namespace: str, name: str, acc: Acceptance) -> None:
@@ -190,8 +198,56 @@ def keep_index(**kwargs: Any) -> None:
     passes it by its name) for the scrape job."""
     global _pods
     _pods = kwargs["serving_pods"]
+    _analyses.clear()
     _windows.clear()  # a restart starts every window afresh (the judgement on record stands meanwhile)
     _ready_since.clear()
+
+
+@dataclass
+class Analysis:
+    """A canary's interval window: both revisions' pods scraped from `since`, judged every intervalSeconds."""
+
+    candidate: str
+    incumbent: str
+    window: Window
+    since: float  # monotonic
+    since_at: str  # the same moment, wall clock (what status.canary.analyzedUntil is compared with)
+
+    def measure(self, spec: SpeculatorDeploymentSpec, econ: Economics, now: float, at: str) -> Measured | None:
+        """The interval's figures once it has run for intervalSeconds (then the next begins), else None."""
+        policy = spec.upgrade_policy.canary
+        if policy is None or now - self.since < policy.interval_seconds:
+            return None
+        sides = [
+            acceptance_status(self.window.totals(rev, now), econ, revision=rev, observed_at=at,
+                              min_samples=policy.min_drafts)
+            for rev in (self.candidate, self.incumbent)
+        ]  # fmt: skip
+        measured = Measured(self.since_at, at, sides[0], sides[1])
+        self.window.drain()
+        self.since, self.since_at = now, at
+        return measured
+
+
+_analyses: dict[str, Analysis] = {}  # uid -> its canary's interval window, while one is analysed
+metrics.tracked("telemetry.analyses", lambda: len(_analyses))
+
+
+def _analysis(
+    uid: str, status: SpeculatorDeploymentStatus, spec: SpeculatorDeploymentSpec, now: float
+) -> Analysis | None:
+    """The interval window of the canary being analysed (begun afresh for a new candidate, and after a restart:
+    its first interval starts now, after whatever status.canary counted last)."""
+    canary, policy = status.canary, spec.upgrade_policy.canary
+    if canary is None or canary.state != "Analyzing" or policy is None:
+        _analyses.pop(uid, None)
+        return None
+    found = _analyses.get(uid)
+    if found is None or (found.candidate, found.incumbent) != (canary.candidate.revision, canary.incumbent.revision):
+        at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        window = Window(2.0 * policy.interval_seconds + SCRAPE_INTERVAL)
+        found = _analyses[uid] = Analysis(canary.candidate.revision, canary.incumbent.revision, window, now, at)
+    return found
 
 
 @periodic.on_gone(PLURAL)
@@ -201,6 +257,7 @@ def deployment_gone(namespace: str, name: str, uid: str) -> None:
     _windows.pop(uid, None)
     _ready_since.pop(uid, None)
     _judged.pop((namespace, name), None)
+    _analyses.pop(uid, None)
 
 
 @periodic.every(PLURAL, interval=SCRAPE_INTERVAL, initial=SCRAPE_INTERVAL / 2)
@@ -218,6 +275,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     generation = int(meta.get("generation") or 0)
     acc: Acceptance | None = None
     refilling = False
+    measured: Measured | None = None
     if econ.k == 0:  # tuning switched speculation off: nothing to scrape until a probe revision runs
         cond = disabled_condition(generation, current.tuning, current.economics)
     else:
@@ -233,10 +291,16 @@ async def scrape_acceptance(body: kopf.Body) -> None:
         if not first_measure_due(current, bool(targets), ready_since, now, SCRAPE_INTERVAL):
             return  # nothing to say yet (a status write saved per rollout)
         window.keep_only({str(t["pod"]) for t in targets})
-        await asyncio.gather(*(_scrape_one(window, t, now) for t in targets))
+        analysis = _analysis(uid, current, parsed_spec, now)
+        if analysis is not None:
+            analysis.window.keep_only({str(t["pod"]) for t in targets})
+        also = analysis.window if analysis is not None else None
+        await asyncio.gather(*(_scrape_one(window, t, now, also) for t in targets))
         if not periodic.tracking(PLURAL, uid):
             return  # deleted during the scrape: publishing now would bring its series and tables back
         observed_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if analysis is not None:
+            measured = analysis.measure(parsed_spec, econ, now, observed_at)
         acc = acceptance_status(
             window.totals(revision, now),
             econ,
@@ -248,13 +312,16 @@ async def scrape_acceptance(body: kopf.Body) -> None:
             acc = evolve(acc, None, recommended_k=None)
         _publish(namespace, name, acc)
         cond = effective_condition(acc, generation, tuning.min_samples)
-    judged = Judged(acc, cond, refilling)
+    pending = _judged.get((namespace, name))
+    intervals = (pending.canary if pending is not None else ()) + ((measured,) if measured is not None else ())
+    judged = Judged(acc, cond, refilling, intervals)
     new, _, events = judge(parsed_spec, current, judged, generation)
-    if new is None and not events:
+    if new is None and not events and not intervals:
         return  # nothing material: no pass, no write
     if not periodic.tracking(PLURAL, uid):
         return
-    _judged[(namespace, name)] = judged  # the latest judgement replaces one not yet folded in
+    # the latest judgement replaces one not yet folded in; a canary's intervals not yet folded in are kept
+    _judged[(namespace, name)] = judged
     DEPLOYMENTS.enqueue(namespace, name, Cause.SCRAPE)
 
 
@@ -266,6 +333,7 @@ class Judged:
     acc: Acceptance | None
     cond: Condition
     refilling: bool
+    canary: tuple[Measured, ...] = ()  # a canary's analysis intervals measured since the last pass, in order
 
 
 _judged: dict[tuple[str, str], Judged] = {}

@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from speculator_operator.api.canary import Canary, CanaryCounts, CanarySide, CanaryStatus, IntervalVerdict
-from speculator_operator.api.common import evolve
+from speculator_operator.api.common import Condition, evolve, make_condition
 from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import REVISION_LABEL, TRACK_LABEL
 
@@ -47,9 +47,7 @@ class Rendered:
     serving_revision: str | None  # the revision the incumbent workload carries now (its annotation), None: none
 
 
-def decide(
-    spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, new: Rendered, generation: int
-) -> Move:
+def decide(spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, new: Rendered, generation: int) -> Move:
     policy = spec.upgrade_policy.canary
     canary = status.canary
     if (
@@ -228,7 +226,7 @@ def scaled(live: dict[str, Any], replicas: int) -> dict[str, Any]:
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k == REVISION_LABEL}
     spec = copy.deepcopy(live.get("spec") or {})
     spec["replicas"] = replicas
-    return _drop_none(
+    out: dict[str, Any] = _drop_none(
         {
             "apiVersion": live.get("apiVersion") or "apps/v1",
             "kind": live.get("kind") or "Deployment",
@@ -236,6 +234,7 @@ def scaled(live: dict[str, Any], replicas: int) -> dict[str, Any]:
             "spec": spec,
         }
     )
+    return out
 
 
 def _drop_none(value: Any) -> Any:
@@ -251,3 +250,130 @@ def applied_revision(child: dict[str, Any] | None) -> str | None:
     if child is None:
         return None
     return ((child.get("metadata") or {}).get("annotations") or {}).get(REVISION_LABEL)
+
+
+@dataclass
+class Shaped:
+    """What a canary makes of a pass's plan: the children to apply and to delete, the canary's status, whether the
+    status keeps the incumbent's revision, the incumbent's replicas, and the events."""
+
+    children: list[dict[str, Any]]
+    prune: list[tuple[str, str, str]]
+    canary: CanaryStatus | None
+    held: bool = False
+    incumbent_replicas: int | None = None
+    events: list[tuple[str, str, str]] | None = None
+
+
+def _workload(children: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((c for c in children if c["kind"] == "Deployment"), None)
+
+
+def shape(
+    move: Move,
+    spec: SpeculatorDeploymentSpec,
+    status: SpeculatorDeploymentStatus,
+    children: list[dict[str, Any]],
+    new: Rendered,
+    live: dict[str, Any] | None,
+    draft_source: str | None,
+    generation: int,
+    now: str,
+) -> Shaped:
+    """The plan's children and canary status for `move`. The incumbent workload is never rendered again while a
+    canary runs or after it rejected a draft: Surge leaves it alone, InPlace scales the live object."""
+    canary, replicas = status.canary, spec.serving.replicas
+    workload = _workload(children)
+    others = [c for c in children if c is not workload]
+    name = str((workload or {}).get("metadata", {}).get("name") or "")
+    delete = [("apps/v1", "Deployment", canary_name(name))] if workload is not None else []
+    if move in (Move.START, Move.KEEP) and workload is not None:
+        policy = spec.upgrade_policy.canary
+        assert policy is not None
+        out = [*others, canary_workload(workload, policy.canary_replicas(replicas))]
+        keep = policy.incumbent_replicas(replicas)
+        if policy.mode == "InPlace" and live is not None:
+            out.append(scaled(live, keep))
+        if move == Move.KEEP and canary is not None:
+            return Shaped(out, [], canary, held=True, incumbent_replicas=keep)
+        started = start(spec, status, new, draft_source, generation, now)
+        words = f"canary of revision {new.revision} (draft {new.draft_revision}) beside {status.revision}"
+        events = [("Normal", "CanaryStarted", words)]
+        if running(status) and canary is not None:
+            events.insert(0, ("Normal", "CanaryEnded", f"canary of {canary.candidate.revision} ended: {words}"))
+        return Shaped(out, [], started, held=True, incumbent_replicas=keep, events=events)
+    if move == Move.HOLD and canary is not None:
+        out = list(others)
+        if live is not None and canary.mode == "InPlace":
+            out.append(scaled(live, replicas))  # back to every replica, its template as it runs
+        return Shaped(out, delete, canary, held=True)
+    if move == Move.PROMOTE:
+        return Shaped(children, [], canary)  # the canary goes once the promoted revision is ready (promoted())
+    if running(status) and canary is not None:  # ended: a verifier change, the policy removed, the draft reverted
+        ended = ("Normal", "CanaryEnded", f"canary of {canary.candidate.revision} ended: revision {new.revision} "
+                 "rolls out without one")  # fmt: skip
+        return Shaped(children, delete, None, events=[ended])
+    return Shaped(children, [], canary)
+
+
+def promoted(
+    status: SpeculatorDeploymentStatus, name: str, now: str
+) -> tuple[CanaryStatus, tuple[str, str, str]] | None:
+    """A promoted candidate serves on every replica: the canary's final status and its Deployment to delete (None:
+    not yet, or no canary being promoted)."""
+    canary = status.canary
+    if canary is None or canary.state != "Promoting" or status.phase != "Ready":
+        return None
+    if status.revision != canary.candidate.revision:
+        return None
+    return evolve(canary, None, state="Promoted", verdict_at=canary.verdict_at or now), (
+        "apps/v1",
+        "Deployment",
+        canary_name(name),
+    )
+
+
+def serving_replicas(spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus) -> int:
+    """The replicas the incumbent workload should have now: fewer while an InPlace canary is analysed."""
+    canary, policy = status.canary, spec.upgrade_policy.canary
+    if canary is not None and canary.state == "Analyzing" and canary.mode == "InPlace" and policy is not None:
+        return policy.incumbent_replicas(spec.serving.replicas)
+    return spec.serving.replicas
+
+
+def with_replicas(spec: SpeculatorDeploymentSpec, replicas: int) -> SpeculatorDeploymentSpec:
+    return spec.model_copy(update={"serving": spec.serving.model_copy(update={"replicas": replicas})})
+
+
+def draft_condition(generation: int, canary: CanaryStatus | None, resolved: Condition) -> Condition:
+    """DraftCurrent while the incumbent holds: False, CanaryAnalyzing (or CanaryRejected, with both figures)."""
+    if canary is None:
+        return resolved
+    if canary.state == "RolledBack":
+        said = f"draft {canary.candidate.draft_revision} rejected by its canary: {canary.message}"
+        return make_condition(generation, "DraftCurrent", False, "CanaryRejected", said)
+    said = f"draft {canary.candidate.draft_revision} in a canary beside {canary.incumbent.draft_revision}"
+    return make_condition(generation, "DraftCurrent", False, "CanaryAnalyzing", said)
+
+
+def judge_intervals(
+    spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, measured: tuple[Measured, ...], now: str
+) -> tuple[SpeculatorDeploymentStatus | None, list[tuple[str, str, str]], str | None]:
+    """The status after a scrape's measured intervals are folded in (None: nothing counted), the events, and the
+    verdict reached, if one was (the pass then reconciles: it promotes or rolls back)."""
+    canary, policy = status.canary, spec.upgrade_policy.canary
+    if canary is None or policy is None or canary.state != "Analyzing":
+        return None, [], None
+    folded = canary
+    for m in measured:
+        folded, _ = fold(folded, m, policy, now)
+    if folded == canary:
+        return None, [], None
+    events: list[tuple[str, str, str]] = []
+    if folded.verdict == "Promoted":
+        events.append(("Normal", "CanaryPromoted", f"revision {folded.candidate.revision} rolls to every replica: "
+                       f"{folded.message}"))  # fmt: skip
+    elif folded.verdict == "RolledBack":
+        events.append(("Warning", "CanaryRejected", f"revision {folded.candidate.revision} rolled back: "
+                       f"{folded.message}"))  # fmt: skip
+    return evolve(status, None, canary=folded), events, folded.verdict

@@ -12,7 +12,8 @@ Condition reasons:
 - Audited: AuditPassed | AuditFailed | CheckpointUnreadable | VerifierUnreadable | CredentialsUnreadable |
   TrainJobPending | TrainJobFailed | TrainJobMismatch
 - VerifierCurrent: RevisionResolved | VerifierChanged (Pause) | Retraining | RetrainUnavailable
-- DraftCurrent: RevisionResolved | DraftChanged (the draft's bytes moved under the same source; Pause)
+- DraftCurrent: RevisionResolved | DraftChanged (the draft's bytes moved under the same source; Pause) |
+  CanaryAnalyzing | CanaryRejected (docs/concepts/canary.md)
 - Serving: RolledOut | RollingOut | ScaledToZero | NotDeployed | ApplyFailed | ProgressDeadlineExceeded |
   FailedCreate (no pod admitted: Pod Security, a quota) | a stuck pod's reason (planning/pods.py)
 - Reconciling / Stalled: derived from the above (planning/health.py)
@@ -24,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from speculator_operator.api.common import evolve, make_condition, stored
+from speculator_operator.api.common import evolve, make_condition, now, stored
 from speculator_operator.api.deployment import (
     AuditSummary,
     PairEconomics,
@@ -37,6 +38,7 @@ from speculator_operator.api.labels import REVISION_LABEL
 from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.checkpoint import AuditReport, Checkpoint, Manifest
 from speculator_operator.domain.releases import Release
+from speculator_operator.planning import canary as canaries
 from speculator_operator.planning.adoption import kept_revision
 from speculator_operator.planning.inputs import AuditedReason, ServingReason, VerifierReason
 from speculator_operator.planning.measured import measured, with_measured
@@ -244,13 +246,27 @@ def plan(
         message = f"{spec.serving.layout.nodes} nodes per replica need the LeaderWorkerSet API; {group.INSTALL_HINT}"
         keep = obs.other is not None  # the single-node pair serves until the groups can
         return failed(obs, ServingReason.LWS_UNAVAILABLE, message, phase="Degraded" if keep else "Failed")
-    serving = serving_status(spec, rendered.revision, obs.child, obs.pods)
+    new = canaries.Rendered(rendered.revision, ck.revision, obs.verifier_revision, canaries.applied_revision(obs.child))
+    move = canaries.decide(spec, obs.status, new, gen)
+    shaped = canaries.shape(move, spec, obs.status, rendered.children, new, obs.child, obs.draft_source, gen, now())
+    revision = rendered.revision
+    notes = [RenderNote(reason=reason, message=message) for reason, message in rendered.notes]
+    k = num_speculative_tokens(spec, draft, tuned)
+    if shaped.held:  # the incumbent keeps serving under its own revision, draft and K
+        revision, notes, k = (
+            obs.status.revision or revision,
+            list(obs.status.render_notes or []),
+            obs.status.num_speculative_tokens or k,
+        )
+        common.update(draft_revision=obs.status.draft_revision, draft_source=obs.status.draft_source)
+        draft_cond = canaries.draft_condition(gen, shaped.canary, draft_cond)
+    want = spec if shaped.incumbent_replicas is None else canaries.with_replicas(spec, shaped.incumbent_replicas)
+    serving = serving_status(want, revision, obs.child, obs.pods)
     if obs.child is None:
         serving["reason"] = "RollingOut"  # its Deployment is applied right after this status is written
-    notes = [RenderNote(reason=reason, message=message) for reason, message in rendered.notes]
     serving_reason, serving_message = (
         serving["reason"],
-        serving.get("problem") or _revision_words(rendered.revision, notes),
+        serving.get("problem") or _revision_words(revision, notes),
     )
     ready = serving["ready"]
     status = evolve(
@@ -262,28 +278,29 @@ def plan(
         draft_cond,
         make_condition(gen, "Serving", ready, serving_reason, serving_message),
         make_condition(gen, "Ready", ready, "Ready" if ready else "RollingOut",
-              f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {rendered.revision} ready"),
+              f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {revision} ready"),
         phase="Ready" if ready else "Deploying",
-        revision=rendered.revision,
+        revision=revision,
         render_notes=notes or None,
-        num_speculative_tokens=num_speculative_tokens(spec, draft, tuned),
+        num_speculative_tokens=k,
         replicas=serving["replicas"],
         ready_replicas=serving["readyReplicas"],
         updated_replicas=serving["updatedReplicas"],
+        canary=shaped.canary,
         **common,
     )  # fmt: skip
-    image = served_image(rendered.revision, obs.pods) if ready and obs.pods else None
+    image = served_image(revision, obs.pods) if ready and obs.pods else None
     if image is not None:
         status = evolve(status, None, served_image=image)
-    events = []
-    if obs.status.revision != rendered.revision:
-        events.append(("Normal", "RollingOut", f"applying revision {rendered.revision}"))
-    prune = []
+    events = list(shaped.events or [])
+    if obs.status.revision != revision:
+        events.append(("Normal", "RollingOut", f"applying revision {revision}"))
+    prune = list(shaped.prune)
     if obs.other is not None and ready:
         ref, event = retire(obs.other, rendered.revision, spec)
         prune.append(ref)
         events.append(event)
-    return Plan(rendered.children, status, events, prune)
+    return Plan(shaped.children, status, events, prune)
 
 
 def waits_for_group_api(status: SpeculatorDeploymentStatus) -> bool:
@@ -330,6 +347,9 @@ def refresh_serving(
     revision = status.revision
     if status.phase not in ("Deploying", "Ready") or not revision:
         return status
+    want = canaries.serving_replicas(spec, status)
+    if want != spec.serving.replicas:  # an InPlace canary holds the incumbent's share
+        spec = canaries.with_replicas(spec, want)
     serving = serving_status(spec, revision, child, pods)
     ready = serving["ready"]
     replicas = f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {revision} ready"

@@ -89,6 +89,11 @@ def deployment_verdict(status: SpeculatorDeploymentStatus) -> Verdict | None:
         source = ready if applying else serving or ready
         if source is not None:
             return Verdict(Health.RECONCILING, source.reason, source.message)
+    canary = status.canary
+    if canary is not None and canary.state in ("Analyzing", "Promoting"):
+        # the operator is still deciding (or rolling the winner out): a GitOps sync waits for the verdict
+        reason = "CanaryAnalyzing" if canary.state == "Analyzing" else "CanaryPromoting"
+        return Verdict(Health.RECONCILING, reason, canary.message or f"canary of {canary.candidate.revision}")
     return None
 
 

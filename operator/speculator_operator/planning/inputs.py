@@ -92,6 +92,12 @@ def draft_change(
     old = status.draft_revision
     if resolved is None or old is None or resolved == old:
         return DraftChange(InputAction.NONE)
+    if (
+        status.canary is not None
+        and status.canary.verdict != "Promoted"
+        and resolved == status.canary.candidate.draft_revision
+    ):
+        return DraftChange(InputAction.NONE)  # in a canary, or rejected by one: not new
     source = spec.speculator.source or status.draft_source
     message = f"the draft at {source} moved from {old} to {resolved}"
     verifier = conditions_of(status).get("VerifierCurrent")

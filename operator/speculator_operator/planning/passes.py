@@ -63,6 +63,7 @@ def deployment_steps(
     valid: bool,
     resume: bool = False,
     resolve: bool = False,
+    decided: bool = False,
 ) -> DeploymentSteps:
     """The steps of a SpeculatorDeployment's pass, in order, after the acceptance judgement:
     - the whole reconcile when the generation moved, a cause asks for it (FULL) or the judgement tuned K;
@@ -73,12 +74,14 @@ def deployment_steps(
     `moved`: a generation its last pass did not read; `tuned`: the judgement chose another K; `pinned`: a retrain
     holds the pair; `restoring`: a drift read again still stands; `valid`: the spec validates; `resume`: a request
     to roll out a paused change (a reconcile, which reads the inputs as they are now); `resolve`: a request to
-    resolve the revisions now (the poll, whatever its interval)."""
+    resolve the revisions now (the poll, whatever its interval); `decided`: the judgement reached a canary's verdict
+    (the reconcile promotes or rolls back)."""
     main: Step | None = None
     cause = ""
-    if (moved or causes & FULL or tuned or resume) and not pinned:
+    if (moved or causes & FULL or tuned or resume or decided) and not pinned:
         main = Step.RESTORE if restoring else Step.RECONCILE
         cause = "tuning" if tuned else Cause.TRAINJOB.value if set(causes) == {Cause.TRAINJOB} else "reconcile"
+        cause = "canary" if decided and not (moved or causes & FULL or tuned) else cause
         if resume and not (moved or causes & FULL or tuned):
             cause = Cause.REQUEST.value
     elif restoring:

@@ -132,6 +132,8 @@ def blocked(status: SpeculatorDeploymentStatus) -> str | None:
     conditions = conditions_of(status)
     if status.retrain is not None:
         return "a retraining is in flight"
+    if status.canary is not None and status.canary.state in ("Analyzing", "Promoting"):
+        return "a canary is in flight (both sides serve the incumbent's K)"
     for kind in ("VerifierCurrent", "DraftCurrent"):
         found = conditions.get(kind)
         if found is not None and found.status == "False":

@@ -36,6 +36,11 @@ PASSES = Counter(
     ("kind", "outcome"),
 )
 AUDITS = Counter("speculator_audits", "Checkpoint audits by kind and outcome (passed, failed)", ("kind", "outcome"))
+CANARY_VERDICTS = Counter(
+    "speculator_canary_verdicts",
+    "Canary verdicts by SpeculatorDeployment and verdict (Promoted, RolledBack)",
+    ("namespace", "name", "verdict"),
+)
 FINDINGS = Counter("speculator_audit_findings", "Audit findings by rule and severity", ("rule", "severity"))
 STATUS_WRITES = Counter(
     "speculator_status_writes",
@@ -188,3 +193,7 @@ def stages_finished(old: list[dict[str, Any]] | None, new: list[dict[str, Any]] 
         STAGE_SECONDS.labels(stage, outcome).observe(seconds)
         if stage == "audit":
             AUDITS.labels("SpeculatorTrainJob", "passed" if outcome == "succeeded" else "failed").inc()
+
+
+def canary_verdict(namespace: str, name: str, verdict: str) -> None:
+    CANARY_VERDICTS.labels(namespace, name, verdict).inc()

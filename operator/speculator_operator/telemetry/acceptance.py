@@ -232,6 +232,12 @@ class Window:
         track.error = (reason, message)
         self._trim(track, at)
 
+    def drain(self) -> None:
+        """Forget every increment, keeping each pod's last sample: the next interval counts from here, and no
+        increment is counted in two intervals."""
+        for track in self.pods.values():
+            track.increments.clear()
+
     def keep_only(self, pods: set[str]) -> None:
         for gone in set(self.pods) - pods:
             del self.pods[gone]

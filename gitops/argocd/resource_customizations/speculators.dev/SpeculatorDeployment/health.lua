@@ -59,6 +59,12 @@ if verifier ~= nil and verifier.status == "False" and verifier.reason == "Retrai
   return hs
 end
 local ready = condition("Ready")
+if ready ~= nil and ready.status == "True" and draft ~= nil and draft.status == "False" and draft.reason == "CanaryRejected" then
+  -- the incumbent serves; the rejected draft and both sides' figures are the news
+  hs.status = "Healthy"
+  hs.message = words(draft)
+  return hs
+end
 if ready ~= nil and ready.status == "True" then
   hs.status = "Healthy"
   hs.message = words(ready)
