@@ -97,10 +97,12 @@ def serving_status(
     revision: str | None,
     child: dict[str, Any] | None,
     pods: list[dict[str, Any]] | None = None,
+    shrinking: bool = False,
 ) -> dict[str, Any]:
     """Replica counts and the Serving readiness of the current revision, from the child Deployment; while
     not rolled out, a stuck pod of that revision (an image the node cannot get, a crash loop) gives the
-    reason and the kubelet's words."""
+    reason and the kubelet's words. `shrinking`: replicas beyond `want` are a scale-down under way (an InPlace
+    canary taking the incumbent's share), not an old revision's pods, so they do not make it unready."""
     want = spec.serving.replicas
     if child is None:
         return {"ready": False, "reason": "NotDeployed", "replicas": want, "readyReplicas": 0, "updatedReplicas": 0}
@@ -116,7 +118,14 @@ def serving_status(
         # the LeaderWorkerSet counts a group updated once its leader is: only whole groups count (unknown without the
         # pods: none), so Ready waits for every member of every group
         updated = min(updated, whole_groups(pods, revision, spec.serving.layout.nodes) if pods is not None else 0)
-    done = current and observed and updated >= want and available >= want and (st.get("replicas", 0) or 0) == want
+    total = st.get("replicas", 0) or 0
+    done = (
+        current
+        and observed
+        and updated >= want
+        and available >= want
+        and (total == want or (shrinking and total > want))
+    )
     reason = "ScaledToZero" if want == 0 and done else ("RolledOut" if done else "RollingOut")
     out = {"ready": done, "reason": reason, "replicas": want, "readyReplicas": ready,
            "updatedReplicas": updated if current else 0}  # fmt: skip
@@ -261,7 +270,7 @@ def plan(
         common.update(draft_revision=obs.status.draft_revision, draft_source=obs.status.draft_source)
         draft_cond = canaries.draft_condition(gen, shaped.canary, draft_cond)
     want = spec if shaped.incumbent_replicas is None else canaries.with_replicas(spec, shaped.incumbent_replicas)
-    serving = serving_status(want, revision, obs.child, obs.pods)
+    serving = serving_status(want, revision, obs.child, obs.pods, shrinking=shaped.incumbent_replicas is not None)
     if obs.child is None:
         serving["reason"] = "RollingOut"  # its Deployment is applied right after this status is written
     serving_reason, serving_message = (
@@ -296,6 +305,10 @@ def plan(
     if obs.status.revision != revision:
         events.append(("Normal", "RollingOut", f"applying revision {revision}"))
     prune = list(shaped.prune)
+    done = canaries.promoted(status, name, now())
+    if done is not None:  # the promoted revision serves every replica: the canary's Deployment goes
+        status = evolve(status, None, canary=done[0])
+        prune.append(done[1])
     if obs.other is not None and ready:
         ref, event = retire(obs.other, rendered.revision, spec)
         prune.append(ref)
@@ -348,9 +361,10 @@ def refresh_serving(
     if status.phase not in ("Deploying", "Ready") or not revision:
         return status
     want = canaries.serving_replicas(spec, status)
-    if want != spec.serving.replicas:  # an InPlace canary holds the incumbent's share
+    shrinking = want != spec.serving.replicas
+    if shrinking:  # an InPlace canary holds the incumbent's share
         spec = canaries.with_replicas(spec, want)
-    serving = serving_status(spec, revision, child, pods)
+    serving = serving_status(spec, revision, child, pods, shrinking=shrinking)
     ready = serving["ready"]
     replicas = f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {revision} ready"
     said = _revision_words(revision, status.render_notes or [])
