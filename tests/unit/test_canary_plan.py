@@ -146,6 +146,12 @@ def test_a_rejected_draft_leaves_the_incumbent_and_is_not_tried_again(three: lis
     other = plan("q", "ns", "u", SPEC, get_release(), Observed(1, held.status, "v1", c, child=child))
     assert other.status.canary is not None
     assert other.status.canary.candidate.draft_revision == c.checkpoint.revision
+    # a verifier change rolls as ever, the rejected draft with it (the rejection was against the old verifier)
+    verifier = plan("q", "ns", "u", SPEC, get_release(), Observed(1, held.status, "v2", b, child=child))
+    main = next(x for x in verifier.children or [] if (x["kind"], x["metadata"]["name"]) == ("Deployment", "q"))
+    assert main["metadata"]["annotations"][REVISION_LABEL] == verifier.status.revision != held.status.revision
+    assert verifier.status.verifier_revision == "v2"
+    assert verifier.status.draft_revision == b.checkpoint.revision
 
 
 def test_a_promoted_draft_rolls_once_through_the_main_deployment_and_the_canary_goes_when_it_serves(

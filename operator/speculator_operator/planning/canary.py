@@ -56,8 +56,9 @@ def decide(spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, n
         and canary.candidate.draft_revision == new.draft_revision
         and canary.generation == generation
         and new.revision != status.revision
+        and new.verifier_revision == status.verifier_revision
     ):
-        return Move.HOLD  # the same bytes under the same spec: not tried again
+        return Move.HOLD  # the same bytes under the same spec and verifier: not tried again
     if policy is None or spec.serving.layout.multi_node:
         return Move.NONE
     if canary is not None and canary.candidate.revision == new.revision and canary.generation == generation:
