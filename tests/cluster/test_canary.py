@@ -63,7 +63,7 @@ def stand_in(cluster: Cluster, namespace: str, selector: str, k: int, alpha: flo
         assert pods[0]["status"].get("podIP", "").startswith("127.1.0."), pods[0]["status"]
         return pods[0]
 
-    made = StandIn(one()["status"]["podIP"], k)
+    made = StandIn(eventually(one, timeout=60)["status"]["podIP"], k)
     made.mode, made.alpha = "alpha", alpha
     return made
 

@@ -694,6 +694,99 @@ def test_real_vllm_acceptance_of_an_agreeing_and_a_disagreeing_draft(
     cluster.kubectl("delete", "-n", node_ns, "sdep/known", "--wait=true", timeout=300)
 
 
+def test_a_canary_of_real_vllm_promotes_an_agreeing_draft_and_rolls_back_a_disagreeing_one(
+    cluster: Cluster, node_ns: str, known_pair: dict[str, str]
+) -> None:
+    """1 replica plus 1 canary of the real CPU vLLM, the known-acceptance pair, traffic from a bounded client here:
+    a disagreeing incumbent loses to an agreeing candidate (promoted: the main Deployment rolls once), then an
+    agreeing incumbent beats a disagreeing candidate (rolled back: no rollout, both figures in status)."""
+    for name in ("tiny", "known"):
+        cluster.kubectl("delete", "-n", node_ns, f"sdep/{name}", "--ignore-not-found", "--wait=true", timeout=300)
+    serving = {**CPU_SERVING, "env": [*CPU_SERVING["env"], {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}]}
+    spec = {
+        "verifier": {"model": known_pair["verifier"], "credentials": {"name": "s3"}},
+        "speculator": {"source": known_pair["disagree"], "credentials": {"name": "s3"}},
+        "serving": serving,
+        # an interval counts with 10 drafts a side; one interval decides
+        "upgradePolicy": {"canary": {"intervalSeconds": 30, "minDrafts": 10, "promoteAfter": 1, "rollbackAfter": 1}},
+    }
+    apply(cluster, node_ns, "SpeculatorDeployment", "cnr", spec)
+    cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "sdep/cnr", "--timeout=900s", timeout=960)
+    incumbent = get(cluster, node_ns, "sdep/cnr")["status"]
+    generation = get(cluster, node_ns, "deployment/cnr")["metadata"]["generation"]
+
+    def verdict(state: str) -> dict[str, Any]:
+        """Both sides' pods asked in turn (a bounded client: one completion at a time, for at most 15 minutes)
+        until the canary reaches `state`."""
+        cluster.kubectl("wait", "-n", node_ns, "--for=jsonpath={.status.canary.state}=Analyzing", "sdep/cnr",
+                        "--timeout=120s", timeout=180)  # fmt: skip
+        deadline = time.monotonic() + 900
+        i = 0
+        while True:
+            st = get(cluster, node_ns, "sdep/cnr")["status"]
+            canary = st.get("canary") or {}
+            if canary.get("state") == state:
+                return st
+            assert canary.get("state") == "Analyzing", canary
+            assert time.monotonic() < deadline, canary
+            ready = [p for p in list_pods(cluster, node_ns, "speculators.dev/deployment=cnr")
+                     if any(c.get("ready") for c in p["status"].get("containerStatuses") or [])]  # fmt: skip
+            for pod in ready:
+                body = {
+                    "model": "cnr",
+                    "prompt": f"traffic {i}",
+                    "max_tokens": 32,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                }
+                post(f"http://{pod['status']['podIP']}:8000/v1/completions", body)
+                i += 1
+            if not ready:
+                time.sleep(2)
+
+    # an agreeing candidate beside a disagreeing incumbent: promoted, one rollout of the main Deployment
+    spec["speculator"]["source"] = known_pair["agree"]
+    apply(cluster, node_ns, "SpeculatorDeployment", "cnr", spec)
+    st = verdict("Promoting")
+    candidate = st["canary"]["candidate"]
+    assert candidate["alpha"] > st["canary"]["incumbent"]["alpha"]
+    cluster.kubectl("wait", "-n", node_ns, "--for=jsonpath={.status.canary.state}=Promoted", "sdep/cnr",
+                    "--timeout=900s", timeout=960)  # fmt: skip
+    st = get(cluster, node_ns, "sdep/cnr")["status"]
+    assert st["revision"] == candidate["revision"] != incumbent["revision"]
+    assert get(cluster, node_ns, "deployment/cnr")["metadata"]["generation"] == generation + 1
+    assert (
+        cluster.kubectl("get", "-n", node_ns, "deployment/cnr-canary", "--ignore-not-found", "-o", "name").stdout == ""
+    )
+
+    # a disagreeing candidate beside the agreeing incumbent: rolled back, no rollout, both figures said
+    promoted, generation = st, generation + 1
+    spec["speculator"]["source"] = known_pair["disagree"]
+    apply(cluster, node_ns, "SpeculatorDeployment", "cnr", spec)
+    st = verdict("RolledBack")
+    canary = st["canary"]
+    assert canary["candidate"]["alpha"] < canary["incumbent"]["alpha"]
+    assert canary["candidate"]["drafts"] >= 10
+    assert canary["incumbent"]["drafts"] >= 10
+    assert st["revision"] == promoted["revision"]
+    reasons = {c["type"]: (c["status"], c["reason"], c["message"]) for c in st["conditions"]}
+    assert reasons["DraftCurrent"][:2] == ("False", "CanaryRejected")
+    assert str(canary["candidate"]["alpha"]) in reasons["DraftCurrent"][2]
+    assert str(canary["incumbent"]["alpha"]) in reasons["DraftCurrent"][2]
+    assert reasons["Ready"][:2] == ("True", "Ready")
+    assert get(cluster, node_ns, "deployment/cnr")["metadata"]["generation"] == generation
+    eventually(
+        lambda: _is_empty(cluster.kubectl("get", "-n", node_ns, "deployment/cnr-canary", "--ignore-not-found",
+                                          "-o", "name").stdout),
+        timeout=60,
+    )  # fmt: skip
+    cluster.kubectl("delete", "-n", node_ns, "sdep/cnr", "--wait=true", timeout=300)
+
+
+def _is_empty(text: str) -> None:
+    assert text.strip() == "", text
+
+
 def _counted_revision(cluster: Cluster, namespace: str, pod: dict[str, Any]) -> None:
     acc = get(cluster, namespace, "sdep/known")["status"].get("acceptance") or {}
     assert acc.get("revision") == pod["metadata"]["labels"]["speculators.dev/revision"], acc
