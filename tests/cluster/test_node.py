@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -730,7 +731,8 @@ def test_a_canary_of_real_vllm_promotes_an_agreeing_draft_and_rolls_back_a_disag
             assert canary.get("state") == "Analyzing", canary
             assert time.monotonic() < deadline, canary
             ready = [p for p in list_pods(cluster, node_ns, "speculators.dev/deployment=cnr")
-                     if any(c.get("ready") for c in p["status"].get("containerStatuses") or [])]  # fmt: skip
+                     if any(c.get("ready") for c in p["status"].get("containerStatuses") or [])
+                     and not p["metadata"].get("deletionTimestamp")]  # fmt: skip
             for pod in ready:
                 body = {
                     "model": "cnr",
@@ -739,7 +741,10 @@ def test_a_canary_of_real_vllm_promotes_an_agreeing_draft_and_rolls_back_a_disag
                     "temperature": 0,
                     "ignore_eos": True,
                 }
-                post(f"http://{pod['status']['podIP']}:8000/v1/completions", body)
+                try:
+                    post(f"http://{pod['status']['podIP']}:8000/v1/completions", body)
+                except urllib.error.HTTPError as exc:
+                    raise AssertionError(f"{pod['metadata']['name']}: {exc.code} {exc.read()[:500]!r}") from exc
                 i += 1
             if not ready:
                 time.sleep(2)

@@ -10,8 +10,10 @@ import pytest
 from speculator_operator.api.canary import Canary
 from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import REVISION_LABEL, TRACK_LABEL
+from speculator_operator.controllers import telemetry
 from speculator_operator.planning import canary as plan
 from speculator_operator.planning.canary import Measured, Move, Rendered
+from speculator_operator.telemetry.acceptance import Economics, Sample
 
 POLICY = Canary()  # promote after 3 passes in a row, roll back after 2 failures in a row or 3 in all
 
@@ -221,3 +223,43 @@ def test_in_place_scales_the_live_incumbent_without_changing_its_template() -> N
     assert out["metadata"] == {"name": "m", "namespace": "ns", "annotations": {REVISION_LABEL: "inc"}}
     assert "status" not in out
     assert live["spec"]["replicas"] == 4
+
+
+def test_the_analysis_begins_with_a_ready_candidate_and_counts_each_increment_in_one_interval() -> None:
+    """controllers/telemetry: no interval while the candidate's server is not scraped yet (it would only be
+    Inconclusive); then one Measured per intervalSeconds, both sides from the same increments, none counted twice."""
+    spec = SpeculatorDeploymentSpec.model_validate(
+        {"verifier": {"model": "hf://org/v"}, "speculator": {"source": "hf://org/d"},
+         "upgradePolicy": {"canary": {"intervalSeconds": 60, "minDrafts": 10}}}
+    )  # fmt: skip
+    status = SpeculatorDeploymentStatus(revision="inc", draft_revision="d1", ready_replicas=1, verifier_revision="v")
+    status = status.model_copy(update={"canary": plan.start(spec, status, Rendered("cand", "d2", "v", "inc"), None, 1,
+                                                            iso(0))})  # fmt: skip
+    telemetry._analyses.clear()
+    assert telemetry._analysis("u", status, spec, 0.0, {"inc"}) is None  # the candidate's pod is not ready yet
+    analysis = telemetry._analysis("u", status, spec, 10.0, {"inc", "cand"})
+    assert analysis is not None
+    econ = Economics(k=3, algorithm="eagle3", cost_ratio=0.05, max_k=3)
+
+    def scrape(at: float, drafts: float, accepted_cand: float, accepted_inc: float) -> None:
+        for pod, rev, acc in (("c", "cand", accepted_cand), ("i", "inc", accepted_inc)):
+            sample = Sample(drafts=drafts, draft_tokens=3 * drafts, accepted=acc, per_position=(acc / 3,) * 3)
+            analysis.window.observe(pod, rev, sample, at)
+
+    scrape(10.0, 0, 0, 0)
+    scrape(40.0, 100, 150, 300)
+    assert analysis.measure(spec, econ, 40.0, iso(1)) is None  # 30 s of a 60 s interval
+    scrape(70.0, 200, 300, 600)
+    first = analysis.measure(spec, econ, 70.0, iso(2))
+    assert first is not None
+    assert first.candidate.drafts == first.incumbent.drafts == 200
+    assert (first.candidate.rate or 0) < (first.incumbent.rate or 0)
+    assert first.end == iso(2)
+    scrape(100.0, 250, 375, 750)
+    scrape(130.0, 300, 450, 900)
+    second = analysis.measure(spec, econ, 130.0, iso(3))
+    assert second is not None
+    assert second.candidate.drafts == 100  # only what came after the first interval
+    assert second.start == first.end
+    assert telemetry._analysis("u", status, spec, 131.0, {"inc", "cand"}) is analysis  # the same canary goes on
+    telemetry._analyses.clear()

@@ -234,16 +234,21 @@ metrics.tracked("telemetry.analyses", lambda: len(_analyses))
 
 
 def _analysis(
-    uid: str, status: SpeculatorDeploymentStatus, spec: SpeculatorDeploymentSpec, now: float
+    uid: str, status: SpeculatorDeploymentStatus, spec: SpeculatorDeploymentSpec, now: float, revisions: set[Any]
 ) -> Analysis | None:
     """The interval window of the canary being analysed (begun afresh for a new candidate, and after a restart:
-    its first interval starts now, after whatever status.canary counted last)."""
+    its first interval starts now, after whatever status.canary counted last). An interval begins only once a
+    ready pod of the candidate is scraped (`revisions`: those of the ready pods): the minutes a candidate's
+    server takes to start would make the first interval Inconclusive, one interval later to a verdict."""
     canary, policy = status.canary, spec.upgrade_policy.canary
     if canary is None or canary.state != "Analyzing" or policy is None:
         _analyses.pop(uid, None)
         return None
     found = _analyses.get(uid)
     if found is None or (found.candidate, found.incumbent) != (canary.candidate.revision, canary.incumbent.revision):
+        if canary.candidate.revision not in revisions:
+            _analyses.pop(uid, None)
+            return None
         at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         window = Window(2.0 * policy.interval_seconds + SCRAPE_INTERVAL)
         found = _analyses[uid] = Analysis(canary.candidate.revision, canary.incumbent.revision, window, now, at)
@@ -291,7 +296,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
         if not first_measure_due(current, bool(targets), ready_since, now, SCRAPE_INTERVAL):
             return  # nothing to say yet (a status write saved per rollout)
         window.keep_only({str(t["pod"]) for t in targets})
-        analysis = _analysis(uid, current, parsed_spec, now)
+        analysis = _analysis(uid, current, parsed_spec, now, {t.get("revision") for t in targets})
         if analysis is not None:
             analysis.window.keep_only({str(t["pod"]) for t in targets})
         also = analysis.window if analysis is not None else None
