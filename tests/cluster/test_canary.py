@@ -23,7 +23,7 @@ from .test_tuning import operator_in
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("operator_crds", "standin_node")]
 
-INTERVAL = 30  # the shortest interval the API takes; the operator scrapes each second here
+INTERVAL = 10  # the shortest interval the API takes; the operator scrapes each second here
 POLICY = {"intervalSeconds": INTERVAL, "minDrafts": 200, "promoteAfter": 2, "rollbackAfter": 2, "maxFailures": 3}
 # figures per side: the candidate's α, the incumbent's
 SCRIPT = {"promo": (0.7, 0.7), "reject": (0.3, 0.8)}

@@ -42,6 +42,15 @@ def test_valid_object_is_defaulted(cluster: Cluster, operator_crds: list[str], n
     assert serving["numSpeculativeTokens"] == "auto"
     assert obj["spec"]["verifier"]["revision"] == "main"
     assert obj["spec"]["upgradePolicy"]["onVerifierChange"] == "Redeploy"
+    assert "canary" not in obj["spec"]["upgradePolicy"]  # off unless set
+    cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=sdep("canary", {**GOOD, "upgradePolicy": {"canary": {}}})
+    )
+    obj = json.loads(cluster.kubectl("get", "-n", namespace, "sdep/canary", "-o", "json").stdout)
+    assert obj["spec"]["upgradePolicy"]["canary"] == {
+        "replicas": 1, "mode": "Surge", "intervalSeconds": 300, "minDrafts": 200, "metric": "Alpha", "margin": 0.05,
+        "promoteAfter": 3, "rollbackAfter": 2, "maxFailures": 3,
+    }  # fmt: skip
 
 
 BAD = {
@@ -63,6 +72,17 @@ BAD = {
     "bad policy": ({**GOOD, "upgradePolicy": {"onVerifierChange": "Yolo"}}, "spec.upgradePolicy.onVerifierChange",
                    'Unsupported value: "Yolo"'),
     "no verifier": ({"speculator": {"source": "hf://a/b"}}, "spec.verifier", "Required value"),
+    "canary fraction": ({**GOOD, "upgradePolicy": {"canary": {"replicas": "150%"}}},
+                        "spec.upgradePolicy.canary.replicas", "an integer in 1..1024 or a percentage"),
+    "canary none": ({**GOOD, "upgradePolicy": {"canary": {"replicas": 0}}}, "spec.upgradePolicy.canary.replicas",
+                    "an integer in 1..1024 or a percentage"),
+    "canary in place on one replica": ({**GOOD, "serving": {"replicas": 1}, "upgradePolicy": {"canary": {
+        "mode": "InPlace"}}}, "spec.upgradePolicy.canary.mode: Invalid value",
+        "an InPlace canary needs serving.replicas above canary.replicas"),
+    "canary interval": ({**GOOD, "upgradePolicy": {"canary": {"intervalSeconds": 5}}},
+                        "spec.upgradePolicy.canary.intervalSeconds", "should be greater than or equal to 10"),
+    "canary margin": ({**GOOD, "upgradePolicy": {"canary": {"margin": -0.1}}}, "spec.upgradePolicy.canary.margin",
+                      "should be greater than or equal to 0"),
 }  # fmt: skip
 
 

@@ -709,7 +709,7 @@ def test_a_canary_of_real_vllm_promotes_an_agreeing_draft_and_rolls_back_a_disag
         "speculator": {"source": known_pair["disagree"], "credentials": {"name": "s3"}},
         "serving": serving,
         # an interval counts with 10 drafts a side; one interval decides
-        "upgradePolicy": {"canary": {"intervalSeconds": 30, "minDrafts": 10, "promoteAfter": 1, "rollbackAfter": 1}},
+        "upgradePolicy": {"canary": {"intervalSeconds": 10, "minDrafts": 10, "promoteAfter": 1, "rollbackAfter": 1}},
     }
     apply(cluster, node_ns, "SpeculatorDeployment", "cnr", spec)
     cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "sdep/cnr", "--timeout=900s", timeout=960)
@@ -730,9 +730,12 @@ def test_a_canary_of_real_vllm_promotes_an_agreeing_draft_and_rolls_back_a_disag
                 return st
             assert canary.get("state") == "Analyzing", canary
             assert time.monotonic() < deadline, canary
+            # the two sides' pods: not a pod of an earlier canary that the garbage collector is taking away
+            sides = {st["revision"], canary["candidate"]["revision"]}
             ready = [p for p in list_pods(cluster, node_ns, "speculators.dev/deployment=cnr")
                      if any(c.get("ready") for c in p["status"].get("containerStatuses") or [])
-                     and not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+                     and not p["metadata"].get("deletionTimestamp")
+                     and p["metadata"]["labels"].get("speculators.dev/revision") in sides]  # fmt: skip
             for pod in ready:
                 body = {
                     "model": "cnr",

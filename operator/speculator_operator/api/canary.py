@@ -40,7 +40,11 @@ class Canary(Model):
         "serving.replicas must exceed the canary's).",
     )
     interval_seconds: int = Field(
-        default=300, ge=30, le=86400, description="One analysis interval: both sides are compared on it."
+        default=300,
+        ge=10,
+        le=86400,
+        description="One analysis interval: both sides are compared on it. Intervals end at a scrape, so one is "
+        "never shorter than the operator's scrape interval (acceptance.scrapeIntervalSeconds, 15 s by default).",
     )
     min_drafts: int = Field(
         default=200,
@@ -90,6 +94,7 @@ IN_PLACE_RULE = {
     "self.spec.serving.replicas > self.spec.upgradePolicy.canary.replicas : self.spec.serving.replicas >= 2)",
     "message": "an InPlace canary needs serving.replicas above canary.replicas (the incumbent keeps at least one "
     "replica to compare against); use Surge for one replica",
+    "fieldPath": ".spec.upgradePolicy.canary.mode",
 }
 
 
