@@ -213,6 +213,17 @@ def test_a_verifier_change_or_a_newer_draft_ends_the_canary(three: list[Any]) ->
     assert newer.status.canary.candidate.draft_revision == c.checkpoint.revision
     assert newer.status.canary.counts.passed == 0
     assert newer.status.revision == ready.status.revision
+    # a spec edit mid-canary starts it over under the new generation, with fresh counts
+    judged, _, _ = canaries.judge_intervals(SPEC, started.status, (measured(0, 0.7, 0.7),), "2099-01-01T00:05:00Z")
+    assert judged is not None
+    assert judged.canary is not None
+    assert judged.canary.counts.passed == 1
+    edited = plan("q", "ns", "u", SPEC, get_release(), Observed(2, judged, "v1", b, child=child))
+    assert [e[1] for e in edited.events] == ["CanaryEnded", "CanaryStarted"]
+    assert edited.status.canary is not None
+    assert edited.status.canary.generation == 2
+    assert edited.status.canary.counts.passed == 0
+    assert ("Deployment", "q-canary") in kinds(edited)
     verifier = plan("q", "ns", "u", SPEC, get_release(), Observed(1, started.status, "v2", b, child=child))
     assert verifier.status.canary is None
     assert ("apps/v1", "Deployment", "q-canary") in verifier.prune
