@@ -10,10 +10,10 @@ import pytest
 from speculator_operator.api.canary import Canary
 from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import REVISION_LABEL, TRACK_LABEL
-from speculator_operator.controllers import telemetry
 from speculator_operator.planning import canary as plan
 from speculator_operator.planning.canary import Measured, Move, Rendered
 from speculator_operator.telemetry.acceptance import Economics, Sample
+from speculator_operator.telemetry.canary import analysis_now
 
 POLICY = Canary()  # promote after 3 passes in a row, roll back after 2 failures in a row or 3 in all
 
@@ -226,7 +226,7 @@ def test_in_place_scales_the_live_incumbent_without_changing_its_template() -> N
 
 
 def test_the_analysis_begins_with_a_ready_candidate_and_counts_each_increment_in_one_interval() -> None:
-    """controllers/telemetry: no interval while the candidate's server is not scraped yet (it would only be
+    """telemetry/canary: no interval while the candidate's server is not scraped yet (it would only be
     Inconclusive); then one Measured per intervalSeconds, both sides from the same increments, none counted twice."""
     spec = SpeculatorDeploymentSpec.model_validate(
         {"verifier": {"model": "hf://org/v"}, "speculator": {"source": "hf://org/d"},
@@ -235,9 +235,8 @@ def test_the_analysis_begins_with_a_ready_candidate_and_counts_each_increment_in
     status = SpeculatorDeploymentStatus(revision="inc", draft_revision="d1", ready_replicas=1, verifier_revision="v")
     status = status.model_copy(update={"canary": plan.start(spec, status, Rendered("cand", "d2", "v", "inc"), None, 1,
                                                             iso(0))})  # fmt: skip
-    telemetry._analyses.clear()
-    assert telemetry._analysis("u", status, spec, 0.0, {"inc"}) is None  # the candidate's pod is not ready yet
-    analysis = telemetry._analysis("u", status, spec, 10.0, {"inc", "cand"})
+    assert analysis_now(None, status, spec, 0.0, iso(0), {"inc"}, 15) is None  # the candidate is not ready yet
+    analysis = analysis_now(None, status, spec, 10.0, iso(0), {"inc", "cand"}, 15)
     assert analysis is not None
     econ = Economics(k=3, algorithm="eagle3", cost_ratio=0.05, max_k=3)
 
@@ -261,5 +260,6 @@ def test_the_analysis_begins_with_a_ready_candidate_and_counts_each_increment_in
     assert second is not None
     assert second.candidate.drafts == 100  # only what came after the first interval
     assert second.start == first.end
-    assert telemetry._analysis("u", status, spec, 131.0, {"inc", "cand"}) is analysis  # the same canary goes on
-    telemetry._analyses.clear()
+    assert analysis_now(analysis, status, spec, 131.0, iso(3), {"inc"}, 15) is analysis  # the same canary goes on
+    ended = status.model_copy(update={"canary": None})
+    assert analysis_now(analysis, ended, spec, 132.0, iso(3), {"inc", "cand"}, 15) is None

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from speculator_operator.api.common import GROUP, VERSION, evolve, now
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
-from speculator_operator.api.labels import DEPLOYMENT_LABEL
+from speculator_operator.api.labels import DEPLOYMENT_LABEL, TRACK_LABEL
 from speculator_operator.controllers import drift, observed, telemetry
 from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.domain.checkpoint import (
@@ -625,7 +625,7 @@ async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **
         CONTROLLER.enqueue(namespace, owner, Cause.DRIFT)
     elif changed:
         # a canary's Deployment is not the serving workload the counts read: its pods are held, the child is not
-        main = (body.get("metadata") or {}).get("name") != canaries.canary_name(owner)
+        main = TRACK_LABEL not in ((body.get("metadata") or {}).get("labels") or {})
         observed.hold((namespace, owner), observed.pods(kwargs, (namespace, owner)), child=body if main else None)
         first = READINESS_PRIORITY if changed is observed.Moved.READINESS else 0
         CONTROLLER.enqueue(namespace, owner, Cause.CHILD, first)

@@ -41,7 +41,6 @@ from speculator_operator.planning.watched import ready, scrape_target, scraped
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.telemetry.acceptance import (
-    Economics,
     MetricsError,
     Window,
     acceptance_status,
@@ -53,6 +52,7 @@ from speculator_operator.telemetry.acceptance import (
     plan_update,
     priced,
 )
+from speculator_operator.telemetry.canary import Analysis, analysis_now
 
 PLURAL = "speculatordeployments"
 SCRAPE_INTERVAL = float(os.environ.get("SPECULATOR_SCRAPE_INTERVAL_SECONDS", "15"))
@@ -203,32 +203,6 @@ def keep_index(**kwargs: Any) -> None:
     _ready_since.clear()
 
 
-@dataclass
-class Analysis:
-    """A canary's interval window: both revisions' pods scraped from `since`, judged every intervalSeconds."""
-
-    candidate: str
-    incumbent: str
-    window: Window
-    since: float  # monotonic
-    since_at: str  # the same moment, wall clock (what status.canary.analyzedUntil is compared with)
-
-    def measure(self, spec: SpeculatorDeploymentSpec, econ: Economics, now: float, at: str) -> Measured | None:
-        """The interval's figures once it has run for intervalSeconds (then the next begins), else None."""
-        policy = spec.upgrade_policy.canary
-        if policy is None or now - self.since < policy.interval_seconds:
-            return None
-        sides = [
-            acceptance_status(self.window.totals(rev, now), econ, revision=rev, observed_at=at,
-                              min_samples=policy.min_drafts)
-            for rev in (self.candidate, self.incumbent)
-        ]  # fmt: skip
-        measured = Measured(self.since_at, at, sides[0], sides[1])
-        self.window.drain()
-        self.since, self.since_at = now, at
-        return measured
-
-
 _analyses: dict[str, Analysis] = {}  # uid -> its canary's interval window, while one is analysed
 metrics.tracked("telemetry.analyses", lambda: len(_analyses))
 
@@ -236,22 +210,13 @@ metrics.tracked("telemetry.analyses", lambda: len(_analyses))
 def _analysis(
     uid: str, status: SpeculatorDeploymentStatus, spec: SpeculatorDeploymentSpec, now: float, revisions: set[Any]
 ) -> Analysis | None:
-    """The interval window of the canary being analysed (begun afresh for a new candidate, and after a restart:
-    its first interval starts now, after whatever status.canary counted last). An interval begins only once a
-    ready pod of the candidate is scraped (`revisions`: those of the ready pods): the minutes a candidate's
-    server takes to start would make the first interval Inconclusive, one interval later to a verdict."""
-    canary, policy = status.canary, spec.upgrade_policy.canary
-    if canary is None or canary.state != "Analyzing" or policy is None:
+    """The interval window of this object's canary now (telemetry/canary.py decides), kept per object."""
+    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    found = analysis_now(_analyses.get(uid), status, spec, now, at, revisions, SCRAPE_INTERVAL)
+    if found is None:
         _analyses.pop(uid, None)
-        return None
-    found = _analyses.get(uid)
-    if found is None or (found.candidate, found.incumbent) != (canary.candidate.revision, canary.incumbent.revision):
-        if canary.candidate.revision not in revisions:
-            _analyses.pop(uid, None)
-            return None
-        at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        window = Window(2.0 * policy.interval_seconds + SCRAPE_INTERVAL)
-        found = _analyses[uid] = Analysis(canary.candidate.revision, canary.incumbent.revision, window, now, at)
+    else:
+        _analyses[uid] = found
     return found
 
 
