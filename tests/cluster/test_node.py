@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from speculator_harness import containerd
 from speculator_harness.network import kube_proxy_serves
 from speculator_operator.api.labels import TRACK_LABEL
-from speculator_operator.api.podcontract import PROGRESS_SECONDS_DEFAULT
+from speculator_operator.api.podcontract import PROGRESS_SECONDS_DEFAULT, ServerExit, ServerExitReason
 from speculator_operator.domain.releases import get_release
 from speculator_operator.domain.sweep import Curve
 from speculator_operator.telemetry.acceptance import parse_sample
@@ -537,6 +537,42 @@ def test_an_image_the_node_cannot_get_is_reported_in_the_kubelets_words(
     assert gitops(bin_dir, "kstatus", objects=[obj])[0]["status"] == "Failed"
     assert gitops(bin_dir, "health", str(ARGOCD_DEPLOYMENT), objects=[obj])[0]["status"] == "Degraded"
     cluster.kubectl("delete", "-n", node_ns, "sdep/noimage")
+
+
+def test_a_server_whose_engine_exits_is_reported_with_the_entrypoints_reason(
+    cluster: Cluster, node_ns: str, models: dict[str, str]
+) -> None:
+    """The cpu server image's real vLLM refuses a context longer than the tiny verifier's and exits at start-up: the
+    entrypoint leaves its exit record as the termination message and the operator shows the record's reason (on a
+    CUDA image without a GPU the same path says NoAccelerator: the images tier runs that one)."""
+    serving = {**CPU_SERVING, "extraArgs": ["--enforce-eager", "--max-model-len", "100000"]}
+    apply(
+        cluster,
+        node_ns,
+        "SpeculatorDeployment",
+        "noengine",
+        {
+            "verifier": {"model": models["verifier"], "credentials": {"name": "s3"}},
+            "speculator": {"fromTrainJob": "tiny"},
+            "serving": serving,
+        },
+    )
+
+    def reported() -> dict[str, Any]:
+        status = get(cluster, node_ns, "sdep/noengine").get("status") or {}
+        conds = {c["type"]: c for c in status.get("conditions", [])}
+        assert conds.get("Serving", {}).get("reason") == ServerExitReason.ENGINE_EXITED, conds.get("Serving")
+        return conds["Serving"]
+
+    serving_condition = eventually(reported, timeout=300, interval=2)
+    assert serving_condition["status"] == "False"
+    pod = serving_pod(cluster, node_ns, "noengine")
+    (status,) = [cs for cs in pod["status"]["containerStatuses"] if cs["name"] == "vllm"]
+    term = (status.get("state") or {}).get("terminated") or (status.get("lastState") or {}).get("terminated")
+    record = ServerExit.decode(term["message"])
+    assert record is not None
+    assert (record.platform, record.exit_code) == ("cpu", term["exitCode"])
+    cluster.kubectl("delete", "-n", node_ns, "sdep/noengine")
 
 
 def test_an_oom_killed_stage_is_reported_with_that_reason(

@@ -113,6 +113,21 @@ DEPLOYMENT_ROWS = [
         ("Stalled", "ImagePullBackOff"),
     ),
     (
+        "a server that finds no accelerator",
+        sdep("Deploying", PASSED, cond("Serving", "False", "NoAccelerator"), cond("Ready", "False", "RollingOut")),
+        ("Stalled", "NoAccelerator"),
+    ),
+    (
+        "a server that refused its staged draft",
+        sdep("Deploying", PASSED, cond("Serving", "False", "DraftAuditFailed"), cond("Ready", "False", "RollingOut")),
+        ("Stalled", "DraftAuditFailed"),
+    ),
+    (
+        "a server whose engine exited (retried: the progress deadline decides)",
+        sdep("Deploying", PASSED, cond("Serving", "False", "EngineExited"), cond("Ready", "False", "RollingOut")),
+        ("Reconciling", "EngineExited"),
+    ),
+    (
         "a crash loop (the progress deadline decides)",
         sdep("Deploying", PASSED, cond("Serving", "False", "CrashLoopBackOff"), cond("Ready", "False", "RollingOut")),
         ("Reconciling", "CrashLoopBackOff"),

@@ -1,6 +1,6 @@
-"""The rendered serving command, run for real: `speculator-operator serve` audits the draft, then execs the
+"""The rendered serving command, run for real: `speculator-operator serve` audits the draft, then runs the
 vLLM CPU build with exactly the rendered arguments (mount points replaced by the local folders the
-volumes would hold, the listen address by 127.0.0.1)."""
+volumes would hold, the listen address by 127.0.0.1), and leaves a reasoned exit record when it fails."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from speculator_harness.cluster import free_port, tail
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+from speculator_operator.api.podcontract import REPORT_PATH_ENV, ServerExit, ServerExitReason
 from speculator_operator.domain.checkpoint import load_checkpoint
 from speculator_operator.domain.releases import get_release
 from speculator_operator.pods.serve import LAUNCHER_ENV, PYTHON_ENV
@@ -54,10 +55,11 @@ class RenderedServer(Server):
     def __init__(self, vllm_env: Path, command: list[str], args: list[str], log: Path) -> None:
         self.port = int(args[args.index("--port") + 1])
         self.log = log
+        self.record = log.with_name(log.name + ".termination-log")  # what the kubelet would show
         exe = str(Path(sys.executable).with_name(command[0]))
         env = {**os.environ, LAUNCHER_ENV: "api-server", PYTHON_ENV: str(vllm_env / "bin" / "python"),
                "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-               "OMP_NUM_THREADS": "2"}  # fmt: skip
+               "OMP_NUM_THREADS": "2", REPORT_PATH_ENV: str(self.record)}  # fmt: skip
         with log.open("wb") as out:
             self.proc = subprocess.Popen([exe, *command[1:], *args], stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True, env=env)  # fmt: skip
@@ -104,5 +106,31 @@ def test_a_draft_that_fails_the_audit_never_starts_vllm(
         log = tail(tmp_path / "serve.log", 40)
         assert "speculative-tokens" in log
         assert "not starting vLLM" in log
+        record = ServerExit.decode(server.record.read_text())
+        assert record is not None
+        assert record.reason is ServerExitReason.DRAFT_AUDIT_FAILED
+    finally:
+        server.stop()
+
+
+def test_an_engine_that_refuses_its_arguments_leaves_engine_exited_with_the_cpu_platform(
+    vllm_env: Path, dry_run_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """The real vLLM CPU build, started by the entrypoint with a context longer than the verifier's, exits at
+    start-up: the entrypoint asks the same vLLM for its platform (cpu: a device it can use) and leaves
+    EngineExited with vLLM's own status and the end of its output."""
+    command, args = pod_command(dry_run_checkpoints["eagle3"], dry_run_checkpoints["verifier"])
+    args[args.index("--max-model-len") + 1] = "100000"  # the tiny verifier has 512 positions
+    server = RenderedServer(vllm_env, command, args, tmp_path / "serve.log")
+    try:
+        code = server.wait_exit()
+        assert code != 0
+        record = ServerExit.decode(server.record.read_text())
+        assert record is not None, tail(tmp_path / "serve.log", 40)
+        assert (record.reason, record.platform, record.exit_code) == (ServerExitReason.ENGINE_EXITED, "cpu", code)
+        # vLLM's own last words end the record (the log holds them too, then the entrypoint's line)
+        said = [line for line in (tmp_path / "serve.log").read_text(errors="replace").splitlines()
+                if line.strip() and not line.startswith("serve: ")]  # fmt: skip
+        assert record.message.endswith(said[-1].rstrip())
     finally:
         server.stop()

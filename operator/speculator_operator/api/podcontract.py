@@ -3,6 +3,8 @@
 Both sides import this module and nothing else of each other (docs/design/pod-contract.md):
 - the stage report: one JSON object a stage's entrypoint leaves as its container's termination message,
   which the operator reads from the pod's status (`StageReport`);
+- the server's exit record: what a vLLM server container's entrypoint leaves as its termination message when
+  vLLM exits with a failure, with a reason the operator shows (`ServerExit`);
 - the exit codes of the in-pod commands (`ExitCode`) and the evaluate stage's outcomes (`EvaluationOutcome`),
   which the rendered Jobs' podFailurePolicy and the train job's conditions name;
 - the progress line a running stage prints to its log and the operator reads from the log's tail;
@@ -137,6 +139,69 @@ class StageReport(BaseModel):
             **newer.model_dump(by_alias=True, exclude_none=True),
         }
         return StageReport.model_validate(fields)
+
+
+# ---- the server's exit record ------------------------------------------------------------------------------
+
+SERVER_EXIT_VERSION = 1
+SERVER_EXIT_TAIL = 3000  # bytes of the server's last output kept in the record (the whole stays within REPORT_LIMIT)
+
+
+class ServerExitReason(StrEnum):
+    """Why a vLLM server container stopped: the reason of the Serving condition (a deployment) or of the stage's
+    message (a train job's server) the operator shows for it."""
+
+    NO_ACCELERATOR = "NoAccelerator"  # vLLM exited and its own platform detection finds no device it can run on
+    ENGINE_EXITED = "EngineExited"  # vLLM exited with a failure on a platform it could use (its log's tail says why)
+    DRAFT_AUDIT_FAILED = "DraftAuditFailed"  # the entrypoint's audit refused the staged draft: vLLM never started
+
+
+class ServerExit(BaseModel):
+    """The termination message of a server container whose vLLM failed (pods/supervise.py writes it)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    speculators_server: int = Field(default=SERVER_EXIT_VERSION, alias="speculatorsServer")
+    reason: ServerExitReason
+    exit_code: int = Field(alias="exitCode")  # vLLM's exit status (128 + N for a signal N)
+    platform: str | None = None  # vLLM's platform device type as it resolves it in the pod ("" for none)
+    message: str = ""  # what happened in words, then the tail of the server's output
+
+    def encode(self) -> str:
+        """Compact JSON within REPORT_LIMIT bytes: the message loses its oldest characters first (the fewest that
+        make it fit), so the end of the server's output, where its error is, stays."""
+        body = self.model_dump(by_alias=True, exclude_none=True)
+
+        def dumped(message: str) -> str:
+            return json.dumps({**body, "message": message}, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+        message = body["message"]
+        if len(dumped(message).encode()) <= REPORT_LIMIT:
+            return dumped(message)
+        lo, hi = 1, len(message)  # the first kept character: the smallest cut that fits
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if len(dumped("…" + message[mid:]).encode()) <= REPORT_LIMIT:
+                hi = mid
+            else:
+                lo = mid + 1
+        return dumped("…" + message[lo:])
+
+    @classmethod
+    def decode(cls, message: str | None) -> ServerExit | None:
+        """The record in a termination message (None when the message is not one: a log tail, a stage report)."""
+        if not message:
+            return None
+        try:
+            value = json.loads(message)
+        except ValueError:
+            return None
+        if not isinstance(value, dict) or not value.get("speculatorsServer"):
+            return None
+        try:
+            return cls.model_validate(value)
+        except ValidationError:
+            return None
 
 
 # ---- the progress line ------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from speculator_operator.api.common import conditions_of, evolve, make_condition, stored
 from speculator_operator.api.deployment import SpeculatorDeploymentStatus
+from speculator_operator.api.podcontract import ServerExitReason
 from speculator_operator.api.trainjob import SpeculatorTrainJobStatus
 from speculator_operator.planning.inputs import AuditedReason, ServingReason, VerifierReason
 from speculator_operator.planning.pods import ImageReason
@@ -38,9 +39,14 @@ class Health(StrEnum):
     STALLED = "Stalled"
 
 
-# A rollout's pod that cannot get its image, or a Deployment past its progressDeadlineSeconds: the kubelet and the
-# Deployment controller go on retrying, but nothing changes until the image or the spec does.
-STALLED_ROLLOUT = frozenset({ServingReason.PROGRESS_DEADLINE_EXCEEDED, *ImageReason})
+# A rollout's pod that cannot get its image, a server that finds no accelerator or refuses its staged draft, or a
+# Deployment past its progressDeadlineSeconds: the kubelet and the Deployment controller go on retrying, but nothing
+# changes until the image, the spec or the node does. (A server whose engine exited otherwise is retried: its cause
+# can pass.)
+STALLED_ROLLOUT = frozenset({
+    ServingReason.PROGRESS_DEADLINE_EXCEEDED, *ImageReason, ServerExitReason.NO_ACCELERATOR,
+    ServerExitReason.DRAFT_AUDIT_FAILED,
+})  # fmt: skip
 # The inputs of a SpeculatorDeployment that are wrong for good (the Audited condition's reasons): a train job that
 # failed, or trains for another verifier. An unreadable checkpoint or a train job still running is retried.
 STALLED_INPUTS = frozenset({AuditedReason.FAILED, AuditedReason.TRAINJOB_FAILED, AuditedReason.TRAINJOB_MISMATCH})

@@ -1,14 +1,15 @@
 """What the kubelet says about a pod that cannot make progress, in its own words, so that a resource
 shows it (a condition, a stage's message) instead of a silent Deploying or Running: an image it cannot
 get, a container it cannot create, one that keeps crashing, one the kernel killed for memory, a pod no
-node can take."""
+node can take; and where a vLLM server left its exit record (api/podcontract.py `ServerExit`), that record's
+reason (NoAccelerator, EngineExited, DraftAuditFailed) instead of the kubelet's CrashLoopBackOff."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 from typing import Any
 
-from speculator_operator.api.podcontract import ExitCode
+from speculator_operator.api.podcontract import ExitCode, ServerExit
 
 
 class ImageReason(StrEnum):
@@ -41,19 +42,39 @@ def terminated_words(term: dict[str, Any]) -> str:
     return f"{reason} (exit code {code})" if code is not None else str(reason)
 
 
+def server_exit(name: str, container: str, term: dict[str, Any], kubelet: str = "") -> tuple[str, str] | None:
+    """(reason, message) from a terminated server container's exit record, or None when it left none: its words,
+    then as much of the end of vLLM's output as fits (where the error is)."""
+    record = ServerExit.decode(term.get("message"))
+    if record is None:
+        return None
+    words, _, output = record.message.partition("\n")
+    said = f"pod {name}, container {container}: {words}{kubelet}"
+    room = MAX_MESSAGE - len(said) - 2
+    if output and room > 40:
+        said += "\n…" + output[-room:]
+    return record.reason.value, said[:MAX_MESSAGE]
+
+
 def pod_problem(pod: dict[str, Any]) -> tuple[str, str] | None:
     """(reason, message) when the pod is stuck; None while it is fine or still starting."""
     name = (pod.get("metadata") or {}).get("name", "pod")
     for cs in _statuses(pod):
         waiting = (cs.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason")
+        last = (cs.get("lastState") or {}).get("terminated")
+        if reason == "CrashLoopBackOff" and last:
+            exited = server_exit(name, str(cs.get("name")), last, f" ({reason}, last: {terminated_words(last)})")
+            if exited:
+                return exited
         if reason in STUCK:
             message = f"pod {name}, container {cs.get('name')}: {reason}: {waiting.get('message') or ''}".rstrip(": ")
-            last = (cs.get("lastState") or {}).get("terminated")
             if last:
                 message += f" (last: {terminated_words(last)})"
             return str(reason), message[:MAX_MESSAGE]
         term = (cs.get("state") or {}).get("terminated") or {}
+        if term.get("exitCode") and (exited := server_exit(name, str(cs.get("name")), term)):
+            return exited
         if term.get("exitCode") == ExitCode.USAGE and term.get("message"):
             # the entrypoint refused to start (a group variable missing, an unreadable input): its own words; a group
             # that restarts as a unit recreates the pod before the kubelet ever says CrashLoopBackOff

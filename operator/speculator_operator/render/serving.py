@@ -372,7 +372,7 @@ def render(inputs: Inputs) -> Rendered:
         served_verifier = spec.verifier.model  # not staged: only its config.json is read, to audit against
     else:
         served_verifier = VERIFIER_DIR
-    # the entrypoint audits the staged draft once more, then execs vLLM with exactly these arguments
+    # the entrypoint audits the staged draft once more, then runs vLLM with exactly these arguments
     serve = ["speculator-operator", "serve", "--draft", DRAFT_DIR, "--verifier", served_verifier]
     serve += ["--release", inputs.release.name]
     if inputs.verifier_revision and not spec.verifier.model.startswith("pvc://"):
@@ -400,6 +400,9 @@ def render(inputs: Inputs) -> Rendered:
         },  # loading big models takes a while: up to 30 min
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 6},
+        # a failed vLLM leaves its exit record (pods/supervise.py) as the termination message; anything that ends the
+        # container without one leaves the log's tail there instead
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": CONTAINER_SECURITY,
     }
     tolerations = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}, *(spec.serving.tolerations or [])]
