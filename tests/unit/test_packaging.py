@@ -19,6 +19,7 @@ def test_server_image_pins_the_default_release() -> None:
     release = get_release()
     args = dockerfile_args(REPO / "server_image" / "Dockerfile")
     assert args["VLLM_VERSION"] == release.vllm
+    assert args["TRANSFORMERS_VERSION"] == release.transformers  # the cuda variant installs it beside vLLM
     assert args["HS_CONNECTORS_VERSION"] == release.hs_connectors
     assert args["SPECULATOR_RELEASE"] == release.name
     assert release.image("server").endswith(f":{release.name}-{package_tag()}")

@@ -1,0 +1,202 @@
+"""The images tier: the CUDA server image (`hack/build-images --cuda`), checked with podman where no GPU is, as far as
+each check runs without one (docs/operations/images.md):
+
+- the versions installed in it (not the build arguments) are the release table's, and its torch is a CUDA build;
+- vLLM's own parser, engine arguments, model config and speculative-config validation accept the vLLM arguments of
+  every rendered server in the render snapshots (the tiny verifier and a `speculators train --dry-run` draft of the
+  right algorithm mounted where the arguments name them); the engine config, the first step that needs a device,
+  is recorded;
+- the entrypoint audits a staged draft, hands over to vLLM, and vLLM's failure for want of a device leaves the
+  NoAccelerator exit record the operator shows.
+
+The image is large and building it takes a while, so CI does not build it and this module skips, saying so, where
+it is not built: `hack/test-images` builds it and runs this tier (docs/performance/test-time.md has its figures).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from speculator_operator import __version__
+from speculator_operator.api.podcontract import ServerExit, ServerExitReason
+from speculator_operator.domain.releases import get_release
+from speculator_operator.render.serving import DRAFT_DIR, VERIFIER_DIR
+
+from ..lanes import REPO
+from .test_rendered_serving import pod_command
+
+pytestmark = [pytest.mark.workloads, pytest.mark.images]
+SNAPSHOTS = REPO / "tests" / "snapshots" / "render"
+CHECK = REPO / "hack" / "lib" / "check_vllm_args.py"
+# the steps vLLM runs before it asks the platform for a device: each must pass for every rendered server
+WITHOUT_DEVICE = ("parse", "engine-args", "model-config", "speculative-config")
+
+
+def podman() -> list[str]:
+    """The image store hack/build-images builds into (hack/lib/podman.sh)."""
+    out = subprocess.run(["bash", "-c", f"source {REPO}/hack/lib/podman.sh && printf '%s\\n' \"${{PODMAN[@]}}\""],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    return out.stdout.split()
+
+
+@pytest.fixture(scope="module")
+def cuda_image() -> str:
+    ref = get_release().reference("server", "cuda")
+    if shutil.which("podman") is None:
+        pytest.skip("no podman here (the images tier needs root and hack/build-images --cuda)")
+    found = subprocess.run([*podman(), "image", "exists", ref], capture_output=True)
+    if found.returncode != 0:
+        pytest.skip(f"the cuda server image {ref} is not built here: hack/test-images builds it and runs this tier")
+    return ref
+
+
+def run_image(image: str, *args: str, mounts: dict[Path, str] | None = None, env: dict[str, str] | None = None,
+              entrypoint: str | None = None, stdin: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    cmd = [*podman(), "run", "--rm", "-i", "--network", "none"]
+    for host, where in (mounts or {}).items():
+        cmd += ["-v", f"{host}:{where}:ro,z" if not where.startswith("rw:") else f"{host}:{where[3:]}:z"]
+    for name, value in (env or {}).items():
+        cmd += ["-e", f"{name}={value}"]
+    if entrypoint:
+        cmd += ["--entrypoint", entrypoint]
+    return subprocess.run([*cmd, image, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+VERSIONS = """
+import json, importlib.metadata as m, torch
+names = ("vllm", "torch", "torchvision", "torchaudio", "flashinfer-python", "hs-connectors", "speculator-operator",
+         "transformers")
+found = {}
+for n in names:
+    try:
+        found[n] = m.version(n)
+    except m.PackageNotFoundError:
+        found[n] = None
+imports = {}
+for mod in ("torchvision", "torchaudio", "vllm.entrypoints.openai.api_server"):
+    try:
+        __import__(mod)
+        imports[mod] = "ok"
+    except Exception as exc:
+        imports[mod] = f"{type(exc).__name__}: {str(exc)[:300]}"
+print(json.dumps({"versions": found, "cuda": torch.version.cuda, "imports": imports}))
+"""
+
+
+def test_the_installed_versions_are_the_release_tables_and_torch_is_a_cuda_build(cuda_image: str) -> None:
+    release = get_release()
+    out = run_image(cuda_image, "-c", VERSIONS, entrypoint="python")
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    versions = seen["versions"]
+    assert versions["vllm"] == release.vllm
+    assert versions["torch"].split("+")[0] == release.torch
+    assert versions["transformers"] == release.transformers
+    assert versions["hs-connectors"] == release.hs_connectors
+    assert versions["speculator-operator"] == __version__
+    assert str(seen["cuda"]).startswith("13."), seen["cuda"]  # the CUDA 13 build of the shared torch layer
+    # what vLLM itself imports at start; torchvision and torchaudio are vLLM's own pins beside this torch
+    assert seen["imports"]["vllm.entrypoints.openai.api_server"] == "ok", seen["imports"]
+
+
+def rendered_servers() -> list[tuple[str, list[str]]]:
+    """(snapshot/container, vLLM args) of every rendered server whose arguments are complete at render time (an
+    evaluation server's `--speculate` adds its config in the pod, after training: the entrypoint test covers it)."""
+    found: list[tuple[str, list[str]]] = []
+
+    def containers(doc: Any) -> list[dict[str, Any]]:
+        if isinstance(doc, dict):
+            if "containers" in doc and isinstance(doc["containers"], list):
+                return [*doc["containers"], *[c for v in doc.values() for c in containers(v)]]
+            return [c for v in doc.values() for c in containers(v)]
+        if isinstance(doc, list):
+            return [c for v in doc for c in containers(v)]
+        return []
+
+    for path in sorted(SNAPSHOTS.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            for c in containers(doc):
+                command, args = c.get("command") or [], c.get("args") or []
+                if command[:1] != ["speculator-operator"] or command[1:2] not in (["serve"], ["vllm"]):
+                    continue
+                if "--speculate" in command or args[:1] != ["serve"]:
+                    continue
+                name = f"{path.stem}/{(doc.get('metadata') or {}).get('name')}/{c['name']}"
+                if all(name != n or args != a for n, a in found):
+                    found.append((name, list(args)))
+    return found
+
+
+def test_vllms_own_validation_accepts_every_rendered_server(
+    cuda_image: str, dry_run_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    servers = rendered_servers()
+    assert len(servers) >= 10, [n for n, _ in servers]
+    cases = []
+    for name, args in servers:
+        args = list(args)
+        spec_at = args.index("--speculative-config") if "--speculative-config" in args else None
+        if spec_at is not None:
+            spec = json.loads(args[spec_at + 1])
+            method = spec.get("method")
+            if spec.get("model"):
+                draft = dry_run_checkpoints.get(method) or dry_run_checkpoints["eagle3"]
+                spec["model"] = f"/check/drafts/{draft.name}"
+            args[spec_at + 1] = json.dumps(spec)
+        args[1] = "/check/verifier"  # every server's model: the staged verifier (a stitched one included)
+        cases.append({"name": name, "args": args})
+    drafts = tmp_path / "drafts"
+    drafts.mkdir()
+    for key, path in dry_run_checkpoints.items():
+        if key != "verifier":
+            shutil.copytree(path, drafts / path.name, dirs_exist_ok=True)
+    out = run_image(
+        cuda_image,
+        "/check/check_vllm_args.py",
+        entrypoint="python",
+        mounts={dry_run_checkpoints["verifier"]: "/check/verifier", drafts: "/check/drafts", CHECK: "/check/check_vllm_args.py"},
+        env={"HF_HUB_OFFLINE": "1"},
+        stdin=json.dumps(cases),
+        timeout=1200,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["platform"] == ""  # no GPU here: vLLM resolves no device, which is what the checks below stop at
+    failed = {}
+    for result in seen["results"]:
+        steps = {s["step"]: s for s in result["steps"]}
+        for step in WITHOUT_DEVICE:
+            if step not in steps or not steps[step]["ok"]:
+                failed[result["name"]] = steps.get(step) or f"{step} not reached"
+                break
+    assert not failed, json.dumps(failed, indent=1)
+
+
+def test_the_entrypoint_audits_then_hands_over_and_no_device_says_no_accelerator(
+    cuda_image: str, dry_run_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    command, args = pod_command(Path(DRAFT_DIR), Path(VERIFIER_DIR))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out_dir.chmod(0o777)  # the image runs as a non-root user
+    ran = run_image(
+        cuda_image,
+        *command[1:],
+        *args,
+        mounts={dry_run_checkpoints["eagle3"]: DRAFT_DIR, dry_run_checkpoints["verifier"]: VERIFIER_DIR,
+                out_dir: "rw:/out"},
+        env={"SPECULATOR_REPORT_PATH": "/out/termination-log", "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert ran.returncode != 0
+    assert "serve: audit ok" in ran.stderr, ran.stderr[-3000:]
+    record = ServerExit.decode((out_dir / "termination-log").read_text())
+    assert record is not None, ran.stderr[-3000:]
+    assert (record.reason, record.platform) == (ServerExitReason.NO_ACCELERATOR, "")
+    assert record.exit_code == ran.returncode
