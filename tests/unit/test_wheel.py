@@ -85,7 +85,8 @@ def test_the_license_is_apache_2_0_in_the_repository_the_metadata_and_the_wheel(
     assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
     assert "END OF TERMS AND CONDITIONS" in text
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
     with zipfile.ZipFile(wheel) as whl:
         (metadata,) = [n for n in whl.namelist() if n.endswith(".dist-info/METADATA")]
         headers = whl.read(metadata).decode().split("\n\n", 1)[0].splitlines()
