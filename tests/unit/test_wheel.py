@@ -77,3 +77,18 @@ sys.exit(1 if failed else 0)
     harness = subprocess.run([str(venv / "bin" / "python"), "-c", "import speculator_harness"], env=env,
                              capture_output=True, text=True, timeout=60, cwd=tmp_path)  # fmt: skip
     assert harness.returncode != 0
+
+
+def test_the_license_is_apache_2_0_in_the_repository_the_metadata_and_the_wheel(wheel: Path) -> None:
+    """The README says Apache-2.0: LICENSE holds that license's text, and the package metadata says the same."""
+    text = (REPO / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "END OF TERMS AND CONDITIONS" in text
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    with zipfile.ZipFile(wheel) as whl:
+        (metadata,) = [n for n in whl.namelist() if n.endswith(".dist-info/METADATA")]
+        headers = whl.read(metadata).decode().split("\n\n", 1)[0].splitlines()
+        assert "License-Expression: Apache-2.0" in headers
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in whl.namelist())

@@ -112,11 +112,20 @@ class CanarySide(Model):
 
 
 class CanaryCounts(Model):
-    passed: int = 0
-    failed: int = 0
-    inconclusive: int = 0
-    passed_in_a_row: int = 0
-    failed_in_a_row: int = 0
+    """The intervals judged so far in this canary, by verdict (upgradePolicy.canary's thresholds read them)."""
+
+    passed: int = Field(default=0, description="Intervals the candidate passed (at most margin below the incumbent).")
+    failed: int = Field(default=0, description="Intervals the candidate failed; reaching maxFailures rolls it back.")
+    inconclusive: int = Field(
+        default=0, description="Intervals where a side verified fewer than minDrafts drafts: neither pass nor fail."
+    )
+    passed_in_a_row: int = Field(
+        default=0,
+        description="Passes since the last failure (an inconclusive one does not break it); promoteAfter promotes.",
+    )
+    failed_in_a_row: int = Field(
+        default=0, description="Failures since the last pass; reaching rollbackAfter rolls the candidate back."
+    )
 
 
 class CanaryStatus(Model):
@@ -129,14 +138,18 @@ class CanaryStatus(Model):
     candidate: CanarySide
     incumbent: CanarySide
     k: int | None = Field(default=None, description="The K both sides serve.")
-    mode: Literal["Surge", "InPlace"] | None = None
-    started_at: str | None = None
+    mode: Literal["Surge", "InPlace"] | None = Field(
+        default=None, description="The upgradePolicy.canary.mode it runs under: Surge or InPlace."
+    )
+    started_at: str | None = Field(default=None, description="RFC 3339 time the canary started.")
     generation: int | None = Field(default=None, description="The spec generation the canary runs for.")
     analyzed_until: str | None = Field(
         default=None, description="The end of the last interval counted: no interval ending before it counts again."
     )
     last_interval: IntervalVerdict | None = Field(default=None, description="The last interval's verdict.")
-    counts: CanaryCounts = Field(default_factory=CanaryCounts)
-    verdict: Literal["Promoted", "RolledBack"] | None = None
-    verdict_at: str | None = None
+    counts: CanaryCounts = Field(default_factory=CanaryCounts, description="Intervals judged so far, by verdict.")
+    verdict: Literal["Promoted", "RolledBack"] | None = Field(
+        default=None, description="Promoted or RolledBack once decided; unset while Analyzing."
+    )
+    verdict_at: str | None = Field(default=None, description="RFC 3339 time of the verdict.")
     message: str | None = Field(default=None, description="Why, with both sides' figures.")

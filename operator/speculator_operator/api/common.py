@@ -35,9 +35,14 @@ class Condition(Model):
     """A metav1.Condition."""
 
     type: str = Field(description="Ready, Audited, VerifierCurrent, Serving, ...")
-    status: Literal["True", "False", "Unknown"]
-    reason: str = Field(description="A CamelCase reason; the kind's docs list them.")
-    message: str = ""
+    status: Literal["True", "False", "Unknown"] = Field(
+        description="True, False, or Unknown (not known yet, e.g. too few samples to judge)."
+    )
+    reason: str = Field(
+        description="A CamelCase reason for the status; docs/operations/troubleshooting.md lists every reason the "
+        "operator sets, what it means and what to do."
+    )
+    message: str = Field(default="", description="What happened, in words, with the figures (at most 1500 characters).")
     observed_generation: int | None = Field(default=None, description="The .metadata.generation this was set for.")
     last_transition_time: str | None = Field(default=None, description="RFC 3339 time of the last status change.")
 

@@ -101,7 +101,8 @@ class Cutoff(Model):
 
 
 class Tuning(Model):
-    """What the operator does with the live acceptance it measures (README: Telemetry, Tuning)."""
+    """What the operator does with the live acceptance it measures (docs/concepts/telemetry.md,
+    docs/concepts/tuning.md)."""
 
     mode: Literal["Off", "Recommend", "Auto"] = Field(
         default="Recommend",
@@ -156,7 +157,13 @@ class Tuning(Model):
 class Serving(Model):
     """How vLLM serves the pair."""
 
-    replicas: int = Field(default=1, ge=0, le=1024)
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1024,
+        description="Serving replicas (0..1024, default 1): pods, or LeaderWorkerSet groups when parallelism.nodes is "
+        "above 1. 0 runs no serving pod (Serving reason ScaledToZero).",
+    )
     tensor_parallel_size: int = Field(
         default=1, ge=1, le=64, description="Tensor-parallel size of the verifier (the same as parallelism.tensor)."
     )
@@ -188,7 +195,11 @@ class Serving(Model):
         description="Container resources (limits/requests) of each pod; GPUs default to the pod's share of the "
         "layout: tensor × pipeline × data / nodes.",
     )
-    node_selector: dict[str, str] | None = None
+    node_selector: dict[str, str] | None = Field(
+        default=None,
+        description="The serving pods' nodeSelector (label: value), e.g. nvidia.com/gpu.product: "
+        "NVIDIA-H100-80GB-HBM3; its nvidia.com/gpu.product also names the device class when deviceClass is unset.",
+    )
     device_class: str | None = Field(
         default=None,
         max_length=128,
@@ -197,7 +208,10 @@ class Serving(Model):
         "nvidia.com/gpu.product (GPU feature discovery's label), else cpu where the pods ask for no GPU.",
     )
     tolerations: list[dict[str, Any]] | None = Field(
-        default=None, json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+        default=None,
+        description="The serving pods' tolerations (Kubernetes Toleration objects: key, operator, value, effect, "
+        "tolerationSeconds), e.g. for a tainted GPU node pool.",
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
     )
     extra_args: list[str] = Field(
         default_factory=list,
@@ -236,6 +250,9 @@ class Serving(Model):
 
 
 class UpgradePolicy(Model):
+    """What happens when an input moves under the same spec: the verifier's or the draft's revision, or a new draft
+    revision to try as a canary."""
+
     on_verifier_change: Literal["Redeploy", "Retrain", "Pause"] = Field(
         default="Redeploy",
         description="Redeploy: re-audit and roll verifier and draft together; Retrain: train a new draft first; "
@@ -266,10 +283,14 @@ class UpgradePolicy(Model):
 
 
 class AuditPolicy(Model):
+    """What the checkpoint audit accepts (docs/concepts/audit.md)."""
+
     allow_lossy: bool = Field(default=False, description="Accept lossy proposals (verifier_accept_k > 1, ...).")
 
 
 class SpeculatorDeploymentSpec(Model):
+    """The verifier, its draft, how they are served, and what happens when either moves."""
+
     verifier: Verifier
     speculator: Speculator = Field(
         json_schema_extra={
@@ -287,20 +308,32 @@ class SpeculatorDeploymentSpec(Model):
         default_factory=Serving,
         json_schema_extra={"default": {}, "x-kubernetes-validations": layout_rules("serving")},
     )
-    upgrade_policy: UpgradePolicy = Field(default_factory=UpgradePolicy, json_schema_extra={"default": {}})
-    audit: AuditPolicy = Field(default_factory=AuditPolicy, json_schema_extra={"default": {}})
+    upgrade_policy: UpgradePolicy = Field(
+        default_factory=UpgradePolicy,
+        description="What happens when the verifier or the draft moves under the same spec, and the canary.",
+        json_schema_extra={"default": {}},
+    )
+    audit: AuditPolicy = Field(
+        default_factory=AuditPolicy,
+        description="What the checkpoint audit accepts (docs/concepts/audit.md).",
+        json_schema_extra={"default": {}},
+    )
 
 
 class AuditSummary(Model):
-    ok: bool
-    errors: int = 0
-    warnings: int = 0
+    """The checkpoint audit's outcome against the verifier and the pinned vLLM (docs/concepts/audit.md)."""
+
+    ok: bool = Field(description="True when no finding is an error: the checkpoint may be served (or published).")
+    errors: int = Field(default=0, description="Findings of severity error (any refuses the checkpoint).")
+    warnings: int = Field(default=0, description="Findings of severity warning (served anyway).")
     findings: list[dict[str, str]] = Field(
         default_factory=list, description="Up to 20 findings: rule, severity, message."
     )
 
 
 class AcceptancePods(Model):
+    """Which serving pods the window was measured on."""
+
     counted: int = Field(default=0, description="Ready pods of the served revision whose metrics were read.")
     other_revision: int | None = Field(default=None, description="Pods of another revision, not counted.")
     counter_resets: int | None = Field(default=None, description="Counter resets seen (restarted vLLM).")
@@ -310,12 +343,18 @@ class AcceptancePods(Model):
 
 
 class AcceptanceLoad(Model):
+    """The load the window was measured under."""
+
     requests_running: float | None = Field(default=None, description="vllm:num_requests_running, summed.")
-    generation_tokens_per_second: float | None = None
+    generation_tokens_per_second: float | None = Field(
+        default=None,
+        description="Output tokens per second over the window, all counted pods together "
+        "(vllm:generation_tokens_total).",
+    )
 
 
 class Acceptance(Model):
-    """Live acceptance from vLLM's spec-decode counters over a sliding window (README: Telemetry)."""
+    """Live acceptance from vLLM's spec-decode counters over a sliding window (docs/concepts/telemetry.md)."""
 
     rate: float | None = Field(default=None, description="Accepted / drafted tokens.")
     percent: str | None = Field(default=None, description="The rate as a percentage (the printer column).")
@@ -328,7 +367,11 @@ class Acceptance(Model):
     )
     k: int | None = Field(default=None, description="K as served.")
     drafts: int | None = Field(default=None, description="Verification steps with drafts in the window.")
-    window_seconds: int | None = None
+    window_seconds: int | None = Field(
+        default=None,
+        description="Seconds the window's scrapes actually cover: up to serving.tuning.windowSeconds, less while the "
+        "window fills (after an operator start or a new revision).",
+    )
     observed_at: str | None = Field(default=None, description="When these values were computed and written.")
     revision: str | None = Field(default=None, description="The serving revision they belong to.")
     break_even_alpha: float | None = Field(default=None, description="α* for this pair's cost ratio and K.")
@@ -345,9 +388,11 @@ class Acceptance(Model):
         default=None, description="Live: the sweep's plain-decoding step time at the same batch, on this device class."
     )
     batch: float | None = Field(default=None, description="Live: the window's mean decoding requests per engine step.")
-    note: str | None = None
-    pods: AcceptancePods | None = None
-    load: AcceptanceLoad | None = None
+    note: str | None = Field(
+        default=None, description="Why the figures cannot be judged yet (e.g. fewer drafts than tuning.minSamples)."
+    )
+    pods: AcceptancePods | None = Field(default=None, description="Which serving pods the window was measured on.")
+    load: AcceptanceLoad | None = Field(default=None, description="The load the window was measured under.")
 
 
 class SweepRef(Model):
@@ -384,7 +429,7 @@ class PairEconomics(Model):
 class TuningPending(Model):
     k: int = Field(description="The K the evidence points to (0: speculation off).")
     since: str = Field(description="Since when the evidence has pointed there without a break.")
-    evidence: str | None = None
+    evidence: str | None = Field(default=None, description="The measured figures behind it (α, drafts, speedups).")
 
 
 class TuningStatus(Model):
@@ -402,7 +447,11 @@ class TuningStatus(Model):
     probe_at: str | None = Field(default=None, description="While speculation is off: when a probe revision rolls.")
     probe_k: int | None = Field(default=None, description="The K a probe revision speculates with.")
     probing: bool | None = Field(default=None, description="The served revision is a probe (speculation was off).")
-    note: str | None = None
+    note: str | None = Field(
+        default=None,
+        description="Why Auto does not act now: numSpeculativeTokens is set in the spec, or a tuned revision waits "
+        "(a retraining or a canary in flight, a paused verifier or draft change, the deployment not served).",
+    )
 
 
 class RetrainStatus(Model):
@@ -422,8 +471,12 @@ class ServedImage(Model):
 class RenderNote(Model):
     """A choice the render made on its own (a default it filled, a flag the release needs), said in status."""
 
-    reason: str
-    message: str
+    reason: str = Field(
+        description="What it chose: ScheduleOff (data parallelism above 1: one K at every batch size), "
+        "CutoffUnsupported (the pinned vLLM has no per-batch-size schedule) or SpeculationOff (tuning or the "
+        "measured sweep switched speculation off)."
+    )
+    message: str = Field(description="The choice and why, in words.")
 
 
 class HandedOver(Model):
@@ -448,13 +501,33 @@ class Requests(Model):
 
 
 class SpeculatorDeploymentStatus(Model):
-    phase: Literal["Pending", "Auditing", "Deploying", "Ready", "Degraded", "Failed"] | None = None
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    release: str | None = None
-    vllm: str | None = None
-    algorithm: str | None = None
-    num_speculative_tokens: int | None = None
+    """What the operator observed and decided; written by the operator only."""
+
+    phase: Literal["Pending", "Auditing", "Deploying", "Ready", "Degraded", "Failed"] | None = Field(
+        default=None,
+        description="Pending (waiting for an input: a train job, a readable checkpoint or verifier), Auditing, "
+        "Deploying (children applied, not every replica of the current revision ready), Ready, Degraded (the new "
+        "pair cannot be served while the last good pair keeps serving), Failed (nothing can be served). The "
+        "conditions say why; GitOps tools read those, not the phase.",
+    )
+    observed_generation: int | None = Field(
+        default=None,
+        description="The metadata.generation this status was written for; 0 before the operator's first pass.",
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Audited, VerifierCurrent, DraftCurrent, Serving, SpeculationEffective, and the kstatus "
+        "pair Reconciling / Stalled (docs/operations/troubleshooting.md lists their reasons).",
+    )
+    release: str | None = Field(default=None, description="The pinned release the pair is served with.")
+    vllm: str | None = Field(default=None, description="The vLLM version of that release.")
+    algorithm: str | None = Field(
+        default=None,
+        description="The draft's algorithm as the audit read it from the checkpoint (eagle3, dflash, ...).",
+    )
+    num_speculative_tokens: int | None = Field(
+        default=None, description="K as served: drafted tokens per step (0: speculation off)."
+    )
     verifier_revision: str | None = Field(
         default=None, description="The verifier commit sha, or the digest of its s3 files (name, ETag, size)."
     )
@@ -485,11 +558,20 @@ class SpeculatorDeploymentStatus(Model):
     served_image: ServedImage | None = Field(
         default=None, description="What the kubelet reports running for the served revision (recorded once rolled out)."
     )
-    replicas: int | None = None
-    ready_replicas: int | None = None
-    updated_replicas: int | None = None
-    audit: AuditSummary | None = None
+    replicas: int | None = Field(
+        default=None,
+        description="Replicas wanted for the served revision (serving.replicas, less an InPlace canary's share).",
+    )
+    ready_replicas: int | None = Field(
+        default=None, description="Ready replicas of the serving Deployment (ready groups on LeaderWorkerSet)."
+    )
+    updated_replicas: int | None = Field(default=None, description="Replicas already at the served revision.")
+    audit: AuditSummary | None = Field(default=None, description="The served draft's audit.")
     acceptance: Acceptance | None = None
-    economics: PairEconomics | None = None
+    economics: PairEconomics | None = Field(
+        default=None,
+        description="What speculation costs for this pair and where K and the schedule come from "
+        "(docs/concepts/economics.md).",
+    )
     tuning: TuningStatus | None = None
     canary: CanaryStatus | None = Field(default=None, description="The canary in flight, or the last one's verdict.")

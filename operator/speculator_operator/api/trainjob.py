@@ -47,9 +47,15 @@ class PodOptions(Model):
     resources: dict[str, dict[str, int | str]] | None = Field(
         default=None, description="Container resources; GPU stages default to nvidia.com/gpu per node."
     )
-    node_selector: dict[str, str] | None = None
+    node_selector: dict[str, str] | None = Field(
+        default=None,
+        description="The stage pods' nodeSelector (label: value), e.g. nvidia.com/gpu.product for the GPU stages.",
+    )
     tolerations: list[dict[str, Any]] | None = Field(
-        default=None, json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+        default=None,
+        description="The stage pods' tolerations (Kubernetes Toleration objects: key, operator, value, effect, "
+        "tolerationSeconds), e.g. for a tainted GPU node pool.",
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
     )
     labels: dict[str, str] | None = Field(default=None, description="Extra pod labels.")
     annotations: dict[str, str] | None = Field(default=None, description="Extra pod annotations.")
@@ -76,15 +82,24 @@ class Regenerate(Model):
         max_length=512,
         description=f"A preset ({', '.join(_PRESETS)}) or a .json/.jsonl source (s3:// or pvc://).",
     )
-    split: str | None = Field(default=None, max_length=64)
-    subset: str | None = Field(default=None, max_length=128)
+    split: str | None = Field(
+        default=None, max_length=64, description="The dataset split to answer (regenerate-responses --split)."
+    )
+    subset: str | None = Field(
+        default=None, max_length=128, description="The dataset subset to answer (regenerate-responses --subset)."
+    )
     limit: int | None = Field(default=None, ge=1, le=100_000_000, description="Prompts to answer.")
     max_tokens: int = Field(default=8192, ge=1, le=1_048_576, description="Longest generated answer.")
-    concurrency: int = Field(default=64, ge=1, le=4096)
+    concurrency: int = Field(
+        default=64, ge=1, le=4096, description="Requests in flight to the verifier server (--concurrency)."
+    )
     sampling_params: dict[str, Any] | None = _preserve("JSON sampling parameters for the verifier.")
 
 
 class Data(Model):
+    """The training data: given sources, answers the verifier regenerates, or both (pretokenized sources only);
+    prepare-data turns them into the training rows. Exactly one of data and convert is set."""
+
     sources: list[str] = Field(
         default_factory=list,
         max_length=32,
@@ -98,15 +113,25 @@ class Data(Model):
         "pretokenized: rows already carry input_ids and loss_mask (no server needed).",
     )
     regenerate: Regenerate | None = None
-    max_samples: int | None = Field(default=None, ge=1, le=100_000_000)
+    max_samples: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000_000,
+        description="Use at most this many samples (prepare-data and generate-offline-data --max-samples); default: "
+        "all. With evaluation, heldOut of them are split off for it.",
+    )
     seq_length: int = Field(default=8192, ge=16, le=1_048_576, description="Truncation length and tokens per step.")
 
 
 class Draft(Model):
     """The draft's shape; anything left out takes speculators' own default for the algorithm."""
 
-    num_layers: int | None = Field(default=None, ge=1, le=64)
-    draft_arch: Literal["llama", "qwen3"] | None = None
+    num_layers: int | None = Field(
+        default=None, ge=1, le=64, description="Decoder layers of the draft (speculators train --num-layers)."
+    )
+    draft_arch: Literal["llama", "qwen3"] | None = Field(
+        default=None, description="The draft's decoder layer architecture, llama or qwen3 (--draft-arch)."
+    )
     draft_vocab_size: int | None = Field(
         default=None, ge=1, le=1_048_576, description="Reduced vocabulary; token frequencies are then always written."
     )
@@ -227,14 +252,31 @@ class Workspace(Model):
     """The shared volume: data, hidden states, checkpoints. vLLM and the trainer mount it at one path."""
 
     claim_name: str | None = Field(default=None, max_length=253, description="An existing claim to use.")
-    size: str = Field(default="100Gi", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
-    storage_class_name: str | None = Field(default=None, max_length=253)
+    size: str = Field(
+        default="100Gi",
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$",
+        description="Storage request of the claim the operator creates (a Kubernetes quantity, default 100Gi). It "
+        "holds the verifier, the data, the hidden states (offline: every sample's, the largest part) and the "
+        "checkpoints. Ignored with claimName.",
+    )
+    storage_class_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="StorageClass of the claim the operator creates (default: the cluster's default class). It must "
+        "offer accessMode: a class without ReadWriteMany leaves the claim Pending and the stage pods unscheduled "
+        "(docs/operations/troubleshooting.md). Ignored with claimName.",
+    )
     access_mode: Literal["ReadWriteMany", "ReadWriteOnce"] = Field(
-        default="ReadWriteMany", description="ReadWriteMany unless every pod lands on one node."
+        default="ReadWriteMany",
+        description="ReadWriteMany (default): stages on different nodes share the volume. ReadWriteOnce only works "
+        "when every stage pod lands on one node (pin them with stages.*.nodeSelector); it refuses online hidden "
+        "states with the file or fp8 backend and training on several nodes.",
     )
 
 
 class HiddenStates(Model):
+    """How the verifier's hidden states reach the trainer: vLLM extraction servers and the hs-connectors backend."""
+
     mode: Literal["offline", "online"] = Field(
         default="offline",
         description="offline: extract every sample first (generate-offline-data), then train with "
@@ -249,7 +291,13 @@ class HiddenStates(Model):
         description="Pipeline, data and node counts of each extraction server (and tensor, as tensorParallelSize). "
         "Nodes above 1 run each server as one LeaderWorkerSet group, for verifiers larger than one node.",
     )
-    concurrency: int = Field(default=32, ge=1, le=4096)
+    concurrency: int = Field(
+        default=32,
+        ge=1,
+        le=4096,
+        description="Offline: requests in flight from each extraction client rank "
+        "(generate-offline-data --concurrency).",
+    )
     extra_args: list[str] = Field(
         default_factory=list,
         max_length=64,
@@ -264,10 +312,23 @@ class HiddenStates(Model):
 
 
 class Training(Model):
-    epochs: int = Field(default=3, ge=1, le=10_000)
+    """The training stage: torchrun of the pinned `speculators train`."""
+
+    epochs: int = Field(default=3, ge=1, le=10_000, description="Passes over the training data (--epochs).")
     lr: float | None = Field(default=None, ge=0, le=10, description="Learning rate (speculators' default if unset).")
-    nodes: int = Field(default=1, ge=1, le=1024)
-    gpus_per_node: int = Field(default=1, ge=1, le=64)
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Trainer pods, one per node (torchrun --nnodes); above 1 a headless Service carries the "
+        "rendezvous and the workspace must be ReadWriteMany.",
+    )
+    gpus_per_node: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="GPUs each trainer pod asks for and trains on (nvidia.com/gpu, torchrun --nproc-per-node).",
+    )
     fsdp: bool = Field(default=False, description="Shard with FSDP2 instead of DDP.")
     dry_run: bool = Field(
         default=False,
@@ -464,6 +525,8 @@ _RULES: list[Any] = [
 
 
 class SpeculatorTrainJobSpec(Model):
+    """The verifier, the algorithm, the data (or a draft to convert), the stages' settings and where to publish."""
+
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": list(_RULES)})
 
     verifier: Verifier = Field(json_schema_extra=_immutable("verifier"))
@@ -511,28 +574,39 @@ class SpeculatorTrainJobSpec(Model):
 
 
 class StageStatus(Model):
-    name: str
-    phase: StagePhase
-    job: str | None = None
-    start_time: str | None = None
-    completion_time: str | None = None
+    """One stage of the run and its Kubernetes Job."""
+
+    name: str = Field(
+        description="The stage: fetch, regenerate, prepare, extract, train, convert, stitch, audit, evaluate, "
+        "sweep-k, sweep-half, sweep-plain or publish (only those the spec asks for, in that order)."
+    )
+    phase: StagePhase = Field(description="Pending, Running, Succeeded or Failed: its Job's state.")
+    job: str | None = Field(default=None, description="The stage's Job in this namespace.")
+    start_time: str | None = Field(default=None, description="RFC 3339 time its Job started.")
+    completion_time: str | None = Field(default=None, description="RFC 3339 time its Job succeeded or failed.")
     failures: int | None = Field(default=None, description="Failed pods so far.")
-    message: str | None = None
+    message: str | None = Field(
+        default=None,
+        description="Why it failed or waits: the Job's reason and words, the last pod's log tail, a stuck pod's "
+        "kubelet reason, or the server it waits for.",
+    )
 
 
 class Progress(Model):
     """What the stages reported when they ended, and the running stage's live report (its pod's progress
     line, read every SPECULATOR_PROGRESS_SECONDS)."""
 
-    samples_extracted: int | None = None
-    samples_total: int | None = None
+    samples_extracted: int | None = Field(
+        default=None, description="Samples whose hidden states the extract stage wrote (once it ended)."
+    )
+    samples_total: int | None = Field(default=None, description="Training samples prepare-data wrote (once it ended).")
     epoch: int | None = Field(default=None, description="The epoch running (from 1); once trained, epochs done.")
-    epochs: int | None = None
+    epochs: int | None = Field(default=None, description="Epochs to train (spec.training.epochs).")
     stage: str | None = Field(default=None, description="The stage the live values below come from.")
     samples: int | None = Field(default=None, description="Samples the stage has done so far.")
     samples_target: int | None = Field(default=None, description="Samples it is to do, where it knows.")
     step: int | None = Field(default=None, description="The trainer's global step.")
-    epochs_completed: int | None = None
+    epochs_completed: int | None = Field(default=None, description="Epochs the trainer has finished.")
     loss: float | None = Field(default=None, description="The last logged train/loss.")
     metrics: dict[str, float] | None = Field(default=None, description="The last logged train/* and val/* values.")
     eta_seconds: int | None = Field(default=None, description="Estimated seconds until the stage ends.")
@@ -540,10 +614,14 @@ class Progress(Model):
 
 
 class SweepBest(Model):
-    concurrency: int
+    """The fastest K at one measured concurrency."""
+
+    concurrency: int = Field(description="Closed-loop clients sending at once.")
     best_k: int = Field(description="The fastest K measured at this concurrency (0: plain decoding).")
-    tokens_per_second: float | None = None
-    plain_tokens_per_second: float | None = None
+    tokens_per_second: float | None = Field(default=None, description="Output tokens/s with the best K.")
+    plain_tokens_per_second: float | None = Field(
+        default=None, description="Output tokens/s of plain decoding (no draft) at the same concurrency."
+    )
     speedup: float | None = Field(default=None, description="The best K's throughput over plain decoding's.")
 
 
@@ -552,7 +630,7 @@ class SweepSummary(Model):
 
     device: str | None = Field(default=None, description="The device class the servers ran on (cpu, or the GPU's).")
     ks: list[int] | None = Field(default=None, description="The speculative Ks measured besides plain decoding.")
-    best: list[SweepBest] | None = None
+    best: list[SweepBest] | None = Field(default=None, description="The fastest K per concurrency measured.")
     crossover: int | None = Field(
         default=None, description="The lowest concurrency from which plain decoding was as fast as every K."
     )
@@ -568,18 +646,27 @@ class EvaluationResult(Model):
     outcome: str | None = Field(
         default=None, description="Passed, AcceptanceBelowThreshold, ZeroDrafts or EvaluationServerNotReady."
     )
-    prompts: int | None = None
+    prompts: int | None = Field(default=None, description="Prompts evaluated.")
     tokens: int | None = Field(default=None, description="Tokens generated over the evaluated requests.")
-    k: int | None = None
-    drafts: int | None = None
+    k: int | None = Field(default=None, description="K the draft was evaluated with.")
+    drafts: int | None = Field(default=None, description="Verification steps with drafts over the evaluated requests.")
     rate: float | None = Field(default=None, description="Accepted / drafted tokens.")
-    mean_accepted_length: float | None = None
-    alpha: float | None = None
-    per_position: list[float] | None = None
-    predicted_speedup: float | None = None
-    cost_ratio: float | None = None
-    min_acceptance: float | None = None
-    min_speedup: float | None = None
+    mean_accepted_length: float | None = Field(default=None, description="1 + accepted / drafts (1..K+1).")
+    alpha: float | None = Field(
+        default=None, description="Per-position acceptance α solving E(α, K) = meanAcceptedLength (not the rate)."
+    )
+    per_position: list[float] | None = Field(
+        default=None, description="Drafts whose first p+1 tokens were accepted / drafts, p = 0..K-1."
+    )
+    predicted_speedup: float | None = Field(
+        default=None, description="E(α, K) / (1 + n·c) at the evaluated K (n: draft forwards per step)."
+    )
+    cost_ratio: float | None = Field(
+        default=None,
+        description="c: the draft's cost per forward relative to the verifier's (docs/concepts/economics.md).",
+    )
+    min_acceptance: float | None = Field(default=None, description="The evaluation.minAcceptance it was held to.")
+    min_speedup: float | None = Field(default=None, description="The evaluation.minSpeedup it was held to.")
     seconds: float | None = Field(default=None, description="Wall time of the measuring client.")
     server_wait_seconds: int | None = Field(
         default=None, description="How long the evaluation server was waited for, when it never became ready."
@@ -589,6 +676,8 @@ class EvaluationResult(Model):
 
 
 class CheckpointRef(Model):
+    """The published checkpoint."""
+
     uri: str | None = Field(
         default=None, description="The exact, immutable location published to (a hub commit for hf://)."
     )
@@ -596,21 +685,29 @@ class CheckpointRef(Model):
 
 
 class Retention(Model):
-    keep_latest: int | None = None
+    """What output.keepLatest pruned after this run published (s3:// only)."""
+
+    keep_latest: int | None = Field(default=None, description="The output.keepLatest applied.")
     deleted: list[str] = Field(default_factory=list, description="Published folders deleted after this run.")
     kept: list[str] = Field(default_factory=list, description="Older folders kept because something names them.")
 
 
 class Provenance(Model):
-    release: str | None = None
-    speculators: str | None = None
-    hs_connectors: str | None = None
-    vllm: str | None = None
-    verifier_revision: str | None = None
+    """What the draft was made from and with: the record published beside the checkpoint, in short."""
+
+    release: str | None = Field(default=None, description="The pinned release the run used.")
+    speculators: str | None = Field(default=None, description="Its speculators version.")
+    hs_connectors: str | None = Field(default=None, description="Its hs-connectors version.")
+    vllm: str | None = Field(default=None, description="Its vLLM version.")
+    verifier_revision: str | None = Field(
+        default=None, description="The verifier commit sha, or the digest of its s3 files (name, ETag, size)."
+    )
     verifier_content: str | None = Field(default=None, description="The identity of the verifier files vLLM reads.")
     verifier_layers: int | None = Field(default=None, description="The verifier's num_hidden_layers.")
-    verifier_model_type: str | None = None
-    verifier_max_positions: int | None = None
+    verifier_model_type: str | None = Field(default=None, description="The verifier's config.json model_type.")
+    verifier_max_positions: int | None = Field(
+        default=None, description="The verifier's max_position_embeddings: the longest sequence it takes."
+    )
     data_fingerprint: str | None = Field(default=None, description="prepare-data's dataset fingerprint.")
     converted_from: str | None = Field(default=None, description="The third-party draft converted (URI@revision).")
     evaluation: EvaluationResult | None = Field(default=None, description="The acceptance measured before publish.")
@@ -623,17 +720,39 @@ class Provenance(Model):
 
 
 class SpeculatorTrainJobStatus(Model):
-    phase: Phase | None = None
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    """What the operator observed and decided; written by the operator only."""
+
+    phase: Phase | None = Field(
+        default=None,
+        description="Pending, then the running stage's phase (Regenerating, Preparing, Extracting, Training, "
+        "Converting, Stitching, Auditing, Evaluating, Sweeping, Publishing), then Succeeded or Failed. The "
+        "conditions say why; GitOps tools read those, not the phase.",
+    )
+    observed_generation: int | None = Field(
+        default=None,
+        description="The metadata.generation this status was written for; 0 before the operator's first pass.",
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Failed, Audited, Published, HandedOff, and the kstatus pair Reconciling / Stalled "
+        "(docs/operations/troubleshooting.md lists their reasons).",
+    )
     stage: str | None = Field(default=None, description="The stage running now (or the one that failed).")
-    stages: list[StageStatus] = Field(default_factory=list)
-    start_time: str | None = None
-    completion_time: str | None = None
+    stages: list[StageStatus] = Field(
+        default_factory=list, description="Every stage of the run, in order; those not started yet are Pending."
+    )
+    start_time: str | None = Field(default=None, description="RFC 3339 time the operator started the run.")
+    completion_time: str | None = Field(default=None, description="RFC 3339 time the run succeeded or failed.")
     progress: Progress | None = None
-    checkpoint: CheckpointRef | None = None
-    audit: AuditSummary | None = None
+    checkpoint: CheckpointRef | None = Field(default=None, description="The published checkpoint, once published.")
+    audit: AuditSummary | None = Field(default=None, description="The trained (or converted) checkpoint's audit.")
     evaluation: EvaluationResult | None = None
-    provenance: Provenance | None = None
-    retention: Retention | None = None
-    deployed_to: str | None = None
+    provenance: Provenance | None = Field(
+        default=None, description="What the draft was made from and with (also published beside it)."
+    )
+    retention: Retention | None = Field(
+        default=None, description="What output.keepLatest pruned after the publish (s3:// only)."
+    )
+    deployed_to: str | None = Field(
+        default=None, description="The SpeculatorDeployment the published checkpoint was handed to (spec.deployTo)."
+    )
