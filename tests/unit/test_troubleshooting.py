@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from speculator_operator.api.podcontract import EvaluationOutcome
+from speculator_operator.api.podcontract import EvaluationOutcome, ServerExitReason
 from speculator_operator.planning.health import Health
 from speculator_operator.planning.inputs import AuditedReason, ServingReason, VerifierReason
 from speculator_operator.planning.pods import START_REFUSED, STUCK, ImageReason
@@ -139,7 +139,7 @@ def code_reasons() -> dict[str, str]:
                 for value in _values(place):
                     if REASON.match(value):
                         found.setdefault(value, where)
-    for enum in (VerifierReason, AuditedReason, ServingReason, ImageReason, HandOff):
+    for enum in (VerifierReason, AuditedReason, ServingReason, ImageReason, HandOff, ServerExitReason):
         found.update({member.value: enum.__name__ for member in enum})
     found.update({o.value: "EvaluationOutcome" for o in EvaluationOutcome if o is not EvaluationOutcome.PASSED})
     found.update({r: "planning/pods.py STUCK" for r in STUCK})  # the kubelet's, shown as they are
