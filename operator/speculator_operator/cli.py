@@ -19,8 +19,10 @@ from speculator_operator.domain.checkpoint import (
     load_verifier_config,
     read_verifier,
 )
-from speculator_operator.domain.economics import break_even_alpha, draft_forwards, pair_cost_ratio
+from speculator_operator.domain.economics import break_even_alpha, draft_forwards
+from speculator_operator.domain.priors import pair_size, prior
 from speculator_operator.domain.releases import ReleaseError, get_release, release_for
+from speculator_operator.domain.sweep import device_class
 from speculator_operator.render.serving import RenderError
 
 
@@ -58,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--vllm", metavar="VERSION", help="audit against the verified release that pins this vLLM")
     a.add_argument("--allow-lossy", action="store_true", help="accept lossy proposals (verifier_accept_k > 1 ...)")
     a.add_argument("--deep", action="store_true", help="also sample tensor data by ranged reads (NaN/zero checks)")
+    a.add_argument(
+        "--device-class",
+        metavar="NAME",
+        help="with a verifier: price the draft with this device class's prior (e.g. 'NVIDIA H100 80GB HBM3', cpu; "
+        "default: the prior for an unknown GPU)",
+    )
+    a.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="with a verifier: its TP size")
     a.add_argument("--format", choices=["text", "json"], default="text")
 
     rd = sub.add_parser(
@@ -343,18 +352,24 @@ def render_yaml(doc: Any) -> str:
     )
 
 
-def _economics(report: AuditReport, verifier: dict[str, Any] | None) -> dict[str, Any] | None:
+def _economics(
+    report: AuditReport, verifier: dict[str, Any] | None, device: str | None = None, tensor_parallel: int = 1
+) -> dict[str, Any] | None:
     ck = report.checkpoint
     if verifier is None or ck.speculative_tokens is None or ck.algorithm is None:
         return None
-    c = pair_cost_ratio({n: t.shape for n, t in ck.tensors.items()}, verifier)
-    if c is None:
+    size = pair_size({n: t.shape for n, t in ck.tensors.items()}, verifier)
+    if size is None:
         return None
     k = ck.speculative_tokens
+    p = prior(size, device_class(device) if device else None, ck.algorithm, k, tensor_parallel)
     n = draft_forwards(ck.algorithm, k)
-    alpha = break_even_alpha(k, c, n)
+    alpha = break_even_alpha(k, p.cost_ratio, n)
     return {
-        "cost_ratio": round(c, 6),
+        "cost_ratio": round(p.cost_ratio, 6),
+        "cost_source": "prior",
+        "prior": p.key,
+        "parameter_ratio": round(size.parameter_ratio, 6),
         "draft_forwards_per_step": n,
         "break_even_acceptance": None if alpha is None else round(alpha, 4),
     }
@@ -380,7 +395,7 @@ def _audit(args: argparse.Namespace) -> int:
         allow_lossy=args.allow_lossy,
         deep=args.deep,
     )
-    econ = _economics(report, verifier)
+    econ = _economics(report, verifier, args.device_class, args.tensor_parallel_size)
     if econ:
         report.extra["economics"] = econ
     if args.format == "json":
@@ -407,8 +422,9 @@ def _print_text(report: AuditReport) -> None:
     econ = report.extra.get("economics")
     if econ:
         print(
-            f"economics   cost ratio c={econ['cost_ratio']}, break-even acceptance "
-            f"{econ['break_even_acceptance']} at K={s['speculative_tokens']}"
+            f"economics   cost ratio c={econ['cost_ratio']} (prior {econ['prior']}; parameter ratio "
+            f"{econ['parameter_ratio']}), break-even acceptance {econ['break_even_acceptance']} at "
+            f"K={s['speculative_tokens']}"
         )
     for f in report.findings:
         print(f"{f.severity.upper():8} {f.rule:22} {f.message}")

@@ -99,7 +99,8 @@ def test_the_measured_schedule_is_served_on_its_device_class_and_the_model_elsew
         assert config is not None
         assert "num_speculative_tokens_per_batch_size" not in config
         econ = status(cluster, namespace, "elsewhere")["economics"]
-        assert (econ["source"], econ["scheduleFrom"]) == ("parameters", "checkpoint")
+        assert (econ["source"], econ["scheduleFrom"]) == ("prior", "checkpoint")  # the device class prior stands
+        assert econ["prior"] == "h200"  # deviceClass NVIDIA H200 keys the prior
         assert f"ran on {CURVE.device}" in econ["note"]
 
 

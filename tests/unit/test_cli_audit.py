@@ -43,8 +43,28 @@ def test_good_checkpoint_json(tmp_path: Path, verifier_file: Path) -> None:
     assert report["vllm"]
     assert all(set(f) == {"rule", "severity", "message"} for f in report["findings"])
     econ = report["economics"]
-    assert 0 < econ["cost_ratio"] < 0.1
+    # no --device-class: the prior for an unknown GPU prices the draft, well above its parameter share
+    assert (econ["cost_source"], econ["prior"]) == ("prior", "default")
+    assert 0 < econ["parameter_ratio"] < 0.08 < 0.1 < econ["cost_ratio"] < 0.2
     assert 0 < econ["break_even_acceptance"] < 0.3
+
+
+def test_the_audit_prices_the_draft_with_the_device_class_prior(tmp_path: Path, verifier_file: Path) -> None:
+    config, tensors = eagle3()
+    write_checkpoint(tmp_path / "ck", config, tensors)
+    figures = {}
+    for device in ("NVIDIA-A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "cpu"):
+        out = cli("audit", str(tmp_path / "ck"), "--verifier-config", str(verifier_file), "--device-class", device)
+        assert out.returncode == 0, out.stderr
+        line = next(x for x in out.stdout.splitlines() if x.startswith("economics"))
+        figures[device] = line
+    assert "(prior a100;" in figures["NVIDIA-A100-SXM4-80GB"]
+    assert "(prior h100;" in figures["NVIDIA H100 80GB HBM3"]
+    # on a CPU the prior is the parameter ratio itself
+    cpu = figures["cpu"]
+    assert "(prior cpu;" in cpu
+    c, ratio = cpu.split("c=")[1].split(" ")[0], cpu.split("parameter ratio ")[1].split(")")[0]
+    assert c == ratio
 
 
 def test_errors_exit_1_and_name_the_rule(tmp_path: Path, verifier_file: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 from speculator_operator.api.common import stored
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.domain.checkpoint import audit
+from speculator_operator.domain.priors import PairSize
 from speculator_operator.domain.releases import get_release
 from speculator_operator.domain.sweep import PLAIN, Curve, Point
 from speculator_operator.planning.deployment import Observed, plan
@@ -37,6 +38,7 @@ def curve(rates: dict[int, dict[int, float]], device: str = "cpu", itl: dict[int
 
 
 # K=3 pays at low load, not above: a schedule with plain decoding from the batch that c=16 ran
+PAIR = PairSize(draft=150_000_000, shared_head=0, verifier=7_500_000_000)  # a parameter ratio of 0.02
 STEPPED = curve(
     {
         3: {1: 30, 2: 55, 4: 80, 8: 100, 16: 60, 32: 80},
@@ -74,7 +76,7 @@ def served(
 ) -> tuple[Any, dict[str, Any]]:
     """(the speculative config rendered, the status written)."""
     obs = Observed(generation=1, status=SpeculatorDeploymentStatus.model_validate(status or {}), verifier_revision="v",
-                   audit=report, cost_ratio=0.02)  # fmt: skip
+                   audit=report, pair=PAIR)  # fmt: skip
     p = plan("q", "ns", "uid", s, get_release(), obs)
     assert p.children is not None
     (c,) = p.children[0]["spec"]["template"]["spec"]["containers"]
@@ -92,7 +94,8 @@ def test_the_same_device_class_serves_the_measured_schedule(draft: Any) -> None:
     assert econ["scheduleFrom"] == "sweep"
     assert econ["sweep"] == {"job": "ml/train-q", "device": "cpu", "digest": STEPPED.digest()}
     assert econ["effectiveCostRatio"] == pytest.approx(0.4 / 3, abs=1e-6)  # ITL 14 ms vs 10 ms, 3 draft forwards
-    assert econ["costRatio"] < econ["effectiveCostRatio"]  # the parameter ratio stays, for comparison
+    assert econ["parameterRatio"] < econ["effectiveCostRatio"]  # the parameter ratio stays, for comparison
+    assert (econ["prior"], econ["costRatio"]) == ("cpu", econ["parameterRatio"])  # on a CPU the prior is that ratio
     assert "note" not in econ
 
 
@@ -101,7 +104,8 @@ def test_another_device_class_falls_back_to_the_model_and_says_so(draft: Any) ->
     assert config["num_speculative_tokens"] == 3  # the checkpoint's K at every batch size, as before
     assert "num_speculative_tokens_per_batch_size" not in config
     econ = status["economics"]
-    assert (econ["source"], econ["scheduleFrom"]) == ("parameters", "checkpoint")
+    assert (econ["source"], econ["scheduleFrom"], econ["prior"]) == ("prior", "checkpoint", "h100")
+    assert econ["costRatio"] > econ["parameterRatio"]  # a GPU forward is latency-bound
     assert "ran on cpu" in econ["note"]
     assert "nvidia-h100-80gb-hbm3" in econ["note"]
     assert "effectiveCostRatio" not in econ
@@ -111,7 +115,7 @@ def test_a_draft_without_a_sweep_renders_as_before(draft: Any) -> None:
     config, status = served(spec(), with_sweep(draft, None))
     assert config == served(spec(), draft)[0]
     assert "num_speculative_tokens_per_batch_size" not in config
-    assert status["economics"]["source"] == "parameters"
+    assert (status["economics"]["source"], status["economics"]["prior"]) == ("prior", "cpu")
     assert "sweep" not in status["economics"]
 
 

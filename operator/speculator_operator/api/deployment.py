@@ -377,7 +377,7 @@ class Acceptance(Model):
     break_even_alpha: float | None = Field(default=None, description="α* for this pair's cost ratio and K.")
     predicted_speedup: float | None = Field(default=None, description="E(α, K) / (1 + n·c) at the served K.")
     recommended_k: int | None = Field(default=None, description="The K with the best predicted speedup.")
-    cost_source: Literal["parameters", "sweep", "live"] | None = Field(
+    cost_source: Literal["prior", "parameters", "sweep", "live"] | None = Field(
         default=None, description="Where the draft cost behind the three figures above comes from."
     )
     cost_ratio: float | None = Field(default=None, description="That cost: c in E(α, K) / (1 + n·c).")
@@ -402,12 +402,25 @@ class SweepRef(Model):
 
 
 class PairEconomics(Model):
-    cost_ratio: float | None = Field(default=None, description="Draft / verifier parameters touched per token.")
-    max_k: int | None = Field(default=None, description="The checkpoint's speculative_tokens.")
-    source: Literal["parameters", "sweep", "live"] | None = Field(
+    cost_ratio: float | None = Field(
         default=None,
-        description="Where the cost behind breakEvenAlpha, predictedSpeedup and recommendedK comes from: parameter "
-        "counts, the draft's measured sweep (on this device class), or live step times against the sweep's.",
+        description="The draft's cost per forward relative to a verifier step before any measurement: the prior's "
+        "(prior names its device class row); operators before the prior wrote draft / verifier parameters here.",
+    )
+    prior: str | None = Field(
+        default=None,
+        description="The prior that priced costRatio: its device class row (h100, h200, b200, a100, l40s, …), "
+        "default for a GPU it does not know or a deployment that does not say, or cpu (the parameter ratio).",
+    )
+    parameter_ratio: float | None = Field(
+        default=None, description="Draft / verifier parameters touched per token, for comparison."
+    )
+    max_k: int | None = Field(default=None, description="The checkpoint's speculative_tokens.")
+    source: Literal["prior", "parameters", "sweep", "live"] | None = Field(
+        default=None,
+        description="Where the cost behind breakEvenAlpha, predictedSpeedup and recommendedK comes from: the device "
+        "class prior (prior), the draft's measured sweep (on this device class), or live step times against the "
+        "sweep's; parameters (parameter counts) is what operators before the prior wrote.",
     )
     effective_cost_ratio: float | None = Field(
         default=None, description="The draft's cost per forward relative to a plain step, as measured (sweep or live)."

@@ -25,7 +25,7 @@ from speculator_operator.domain.checkpoint import (
     open_source,
     read_verifier,
 )
-from speculator_operator.domain.economics import pair_cost_ratio
+from speculator_operator.domain.priors import pair_size
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import Problem, parse_spec, requests
 from speculator_operator.planning import canary as canaries
@@ -169,7 +169,7 @@ def _observe_inputs(
     if ck.resolved_from:
         obs.draft_source = ck.uri  # the exact location a pointer led to: what the pods stage
     if verifier is not None:
-        obs.cost_ratio = pair_cost_ratio(ck.drafting_shapes, verifier)
+        obs.pair = pair_size(ck.drafting_shapes, verifier)
     obs.audit = audit(
         ck,
         verifier=verifier,

@@ -37,11 +37,12 @@ from speculator_operator.api.deployment import (
 from speculator_operator.api.labels import REVISION_LABEL
 from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.checkpoint import AuditReport, Checkpoint, Manifest
+from speculator_operator.domain.priors import PairSize, prior
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import canary as canaries
 from speculator_operator.planning.adoption import kept_revision
 from speculator_operator.planning.inputs import AuditedReason, ServingReason, VerifierReason
-from speculator_operator.planning.measured import measured, with_measured
+from speculator_operator.planning.measured import deployment_device, measured, with_measured
 from speculator_operator.planning.pods import first_problem
 from speculator_operator.planning.tuning import applied
 from speculator_operator.planning.watched import whole_groups
@@ -63,7 +64,7 @@ class Observed:
     pods: list[dict[str, Any]] | None = None  # its pods, read only while it is not rolled out
     verifier_content: str | None = None  # the identity of the verifier files vLLM reads
     verifier_manifest: Manifest | None = None  # an s3 verifier's files, for the pods' stage container
-    cost_ratio: float | None = None  # draft / verifier parameters per token, when the verifier's config was read
+    pair: PairSize | None = None  # what a draft forward and a verifier step read, when the verifier's config was read
     lws_served: bool | None = None  # whether the API server serves LeaderWorkerSets (asked only for a multi-node spec)
     other: dict[str, Any] | None = None  # the workload of the other kind (a layout change), until the new one is ready
 
@@ -170,6 +171,23 @@ def served_image(revision: str, pods: list[dict[str, Any]]) -> ServedImage | Non
     return ServedImage(revision=revision, image=image, image_id=image_id)
 
 
+def pair_economics(spec: SpeculatorDeploymentSpec, ck: Checkpoint, pair: PairSize | None) -> PairEconomics:
+    """status.economics before any measurement: the draft priced by its device class prior (domain/priors.py), keyed
+    by the device class the spec says or implies (`default` where it says none)."""
+    max_k = ck.mtp_layers if ck.stitched_mtp else ck.speculative_tokens
+    if pair is None:
+        return PairEconomics(max_k=max_k)
+    algorithm = Algorithm.MTP.value if ck.stitched_mtp else (ck.algorithm or Algorithm.EAGLE3.value)
+    p = prior(pair, deployment_device(spec), algorithm, max_k or 1, spec.serving.tensor_parallel_size)
+    return PairEconomics(
+        cost_ratio=round(p.cost_ratio, 6),
+        prior=p.key,
+        parameter_ratio=round(pair.parameter_ratio, 6),
+        max_k=max_k,
+        source="prior",
+    )
+
+
 def _what(ck: Checkpoint) -> str:
     return "stitched MTP model" if ck.stitched_mtp else f"{ck.algorithm} draft"
 
@@ -199,10 +217,7 @@ def plan(
         "draft_revision": ck.revision,
         "draft_source": obs.draft_source or spec.speculator.source,
         "audit": audit_summary(report),
-        "economics": PairEconomics(
-            cost_ratio=None if obs.cost_ratio is None else round(obs.cost_ratio, 6),
-            max_k=ck.mtp_layers if ck.stitched_mtp else ck.speculative_tokens,
-        ),
+        "economics": pair_economics(spec, ck, obs.pair),
     }
     verifier_cond = make_condition(
         gen, "VerifierCurrent", True, VerifierReason.RESOLVED, f"verifier at {obs.verifier_revision}"

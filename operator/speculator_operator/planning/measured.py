@@ -5,12 +5,13 @@ decides what is served (docs/concepts/sweep.md):
 
 The sweep is the one in the draft's published provenance record (`sweep`, written by the train job's publish). It is
 used only where the deployment runs on the device class it ran on: `serving.deviceClass`, else the node selector's
-`nvidia.com/gpu.product`, else `cpu` where the pods ask for no GPU. Elsewhere the parameter model stays and
-`status.economics.note` says why. Under data parallelism the render drops any schedule (ScheduleOff).
+`nvidia.com/gpu.product`, else `cpu` where the pods ask for no GPU. Elsewhere the device class prior
+(domain/priors.py) stays and `status.economics.note` says why. Under data parallelism the render drops any schedule
+(ScheduleOff).
 
 The sweep also gives the draft's effective cost: at one request, a step with K drafted tokens takes
 T_K = T_0 · (1 + n·c) (n the draft forwards per step), so c = (T_K / T_0 − 1) / n from vLLM's inter-token latency,
-which vLLM observes once per step per request. It replaces the parameter ratio behind breakEvenAlpha,
+which vLLM observes once per step per request. It replaces the prior's cost behind breakEvenAlpha,
 predictedSpeedup and recommendedK (`status.economics.source: sweep`) until live step times take over: the scrape
 compares the window's step time with the sweep's plain step time at the same batch (`plain_steps`) and, once it has
 enough drafts, writes that cost (`source: live`, telemetry/acceptance.py `live_cost`)."""
@@ -90,18 +91,18 @@ def measured(
         schedule_from = "checkpoint"
     curve, problem = _curve(provenance)
     here = deployment_device(spec)
-    econ: dict[str, Any] = {"source": "parameters", "schedule_from": schedule_from}
+    econ: dict[str, Any] = {"schedule_from": schedule_from}  # the source stays the pair's (the prior) unless measured
     if curve is None:
         return Measured(None, {**econ, "note": problem})
     ref = SweepRef(job=str((provenance or {}).get("job") or "") or None, device=curve.device, digest=curve.digest())
     if here != curve.device:
         where = f"on {here}" if here else "on a device class it does not know (set serving.deviceClass)"
-        note = f"the draft's sweep ran on {curve.device}; this deployment runs {where}: the parameter model stands"
+        note = f"the draft's sweep ran on {curve.device}; this deployment runs {where}: the device class prior stands"
         return Measured(None, {**econ, "sweep": ref, "note": note})
     cost = effective_cost(curve, algorithm)
-    econ = {**econ, "sweep": ref, "source": "sweep" if cost is not None else "parameters"}
+    econ = {**econ, "sweep": ref}
     if cost is not None:
-        econ["effective_cost_ratio"] = round(cost, 6)
+        econ["source"], econ["effective_cost_ratio"] = "sweep", round(cost, 6)
     steps = plain_steps(curve)
     if steps:
         econ["plain_steps"] = [list(p) for p in steps]

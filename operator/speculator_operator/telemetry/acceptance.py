@@ -288,7 +288,7 @@ class Economics:
     algorithm: str
     cost_ratio: float | None
     max_k: int
-    source: str = "parameters"  # where cost_ratio comes from: parameters, sweep or live (status.economics)
+    source: str = "parameters"  # where cost_ratio comes from: prior, parameters, sweep or live (status.economics)
     plain_steps: tuple[tuple[float, float], ...] = ()  # the sweep's plain step time (batch, ms) on this device class
 
 
@@ -303,7 +303,9 @@ def economics_of(status: SpeculatorDeploymentStatus) -> Economics | None:
     measured = econ.effective_cost_ratio is not None
     cost = econ.effective_cost_ratio if measured else econ.cost_ratio
     steps = tuple((float(b), float(ms)) for b, ms in econ.plain_steps or [] if ms)
-    source = econ.source if measured and econ.source else "parameters"
+    # unmeasured: the device class prior, or the parameter ratio an operator before the prior wrote
+    unmeasured = "prior" if econ.source == "prior" else "parameters"
+    source = econ.source if measured and econ.source else unmeasured
     return Economics(k=k, algorithm=algorithm, cost_ratio=cost, max_k=max_k, source=source, plain_steps=steps)
 
 
