@@ -73,7 +73,7 @@ def check(args: list[str]) -> list[dict[str, Any]]:
         engine = AsyncEngineArgs.from_cli_args(ns)  # create_* may have filled fields: start the whole again
         step("engine-config", engine.create_engine_config)
     except (Exception, SystemExit):
-        pass
+        return steps  # the step that failed is the last one recorded
     return steps
 
 

@@ -57,8 +57,16 @@ def cuda_image() -> str:
     return ref
 
 
-def run_image(image: str, *args: str, mounts: dict[Path, str] | None = None, env: dict[str, str] | None = None,
-              entrypoint: str | None = None, stdin: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def run_image(
+    image: str,
+    *args: str,
+    mounts: dict[Path, str] | None = None,
+    env: dict[str, str] | None = None,
+    entrypoint: str | None = None,
+    stdin: str | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """`podman run` of the image, the network off; a mount's target "rw:/path" is writable, any other read-only."""
     cmd = [*podman(), "run", "--rm", "-i", "--network", "none"]
     for host, where in (mounts or {}).items():
         cmd += ["-v", f"{host}:{where}:ro,z" if not where.startswith("rw:") else f"{host}:{where[3:]}:z"]
@@ -161,7 +169,11 @@ def test_vllms_own_validation_accepts_every_rendered_server(
         cuda_image,
         "/check/check_vllm_args.py",
         entrypoint="python",
-        mounts={dry_run_checkpoints["verifier"]: "/check/verifier", drafts: "/check/drafts", CHECK: "/check/check_vllm_args.py"},
+        mounts={
+            dry_run_checkpoints["verifier"]: "/check/verifier",
+            drafts: "/check/drafts",
+            CHECK: "/check/check_vllm_args.py",
+        },
         env={"HF_HUB_OFFLINE": "1"},
         stdin=json.dumps(cases),
         timeout=1200,
