@@ -9,19 +9,27 @@ from __future__ import annotations
 import pytest
 
 from speculator_operator.domain.economics import (
+    LoadModel,
     alpha_from_mean_length,
     cutoff_schedule,
     expected_tokens,
+    plain_step,
+    speculative_step,
     speedup,
     step_cost,
     verifier_active_parameters,
 )
 from speculator_operator.domain.priors import (
+    BANDWIDTH_EFFICIENCY,
+    COMPUTE_EFFICIENCY,
     DEFAULT,
     DEVICES,
     PairSize,
+    draft_kv_bytes_per_token,
     forward_ms,
     implied_cost_ratio,
+    kv_bytes_per_token,
+    load_model,
     pair_size,
     prior,
     prior_key,
@@ -189,20 +197,137 @@ def test_held_out_dspark_at_batch_1_on_a_b200() -> None:
         assert predicted == pytest.approx(gains[0], rel=0.25)
 
 
-def test_held_out_dspark_crossover_under_load() -> None:
-    """The load model (cutoff_schedule's saturation at its default 256 tokens) with the prior's c at K = 7. HumanEval's
-    crossover lands inside the measured (64, 128]; math_reasoning's at ~142, past it (docs/concepts/economics.md)."""
+def dspark_load(context: int | None = None) -> LoadModel:
+    kw = {} if context is None else {"context_tokens": context}
+    m = load_model(size(DSPARK_27B, QWEN_27B), device_class("NVIDIA B200"), kv_bytes_per_token(QWEN_27B),
+                   draft_kv_bytes_per_token(DSPARK_27B), **kw)  # fmt: skip
+    assert m is not None
+    return m
+
+
+def load_gain(alpha: float, cost: float, load: LoadModel, batch: int) -> float:
+    """The load model's throughput with K = 7 over plain decoding's at `batch` requests in flight."""
+    return expected_tokens(alpha, 7) * plain_step(load, batch) / speculative_step(load, batch, 7, cost, "dspark")
+
+
+# The points the under-load target is judged on: every measured point from 2 to 64 in flight. 128 is left to the
+# crossover check: the source's own validation flags its speculator points at 128 as queueing inside the server
+# (median TTFT 11.0 s and 3.4 s), a capacity limit no step-time model describes, so only the sign of the gain there
+# (the crossover interval) is held against the model.
+UNDER_LOAD = [2, 4, 8, 16, 32, 64]
+
+
+def held_out_dspark_under_load(load: LoadModel) -> dict[str, tuple[dict[int, float], int]]:
+    """Per dataset: {in flight: relative error} over UNDER_LOAD, and the first batch where plain decoding is faster."""
     c = dspark_prior()
-    crossings = {}
-    for name, (length, _) in HELD_OUT_DSPARK.items():
+    out = {}
+    for name, (length, gains) in HELD_OUT_DSPARK.items():
         alpha = alpha_from_mean_length(length, 7)
-        crossings[name] = next(b for b in range(1, 513) if throughput_gain(alpha, 7, c, b) < 1.0)
-    assert 64 < crossings["HumanEval"] <= 128
-    assert 128 < crossings["math_reasoning"] < 150  # a known miss of the load model, not of the prior: said in docs
-    # the schedule cutoff_schedule picks for the HumanEval pair speculates at small batches and stops at large ones
-    sched = cutoff_schedule(alpha_from_mean_length(3.40, 7), c, 7, 256, algorithm="dspark")
-    assert sched.k_at(1) == 7
-    assert sched.k_at(256) == 0
+        measured = dict(zip(IN_FLIGHT, gains, strict=True))
+        errors = {b: load_gain(alpha, c, load, b) / measured[b] - 1 for b in UNDER_LOAD}
+        crossing = next(b for b in range(1, 2049) if load_gain(alpha, c, load, b) < 1.0)
+        out[name] = (errors, crossing)
+    return out
+
+
+def test_held_out_dspark_under_load_on_a_b200() -> None:
+    """The device class load model (default context, η from the NIM rows) against the held-out load sweep.
+    HumanEval meets the target at every point and crosses inside (64, 128]. math_reasoning is within 25 % up to 32
+    in flight, 28 % high at 64 and crosses at ~300, past the measured (64, 128]: a known miss, stated in
+    docs/concepts/economics.md, bounded here so that a regression fails."""
+    result = held_out_dspark_under_load(dspark_load())
+    errors, crossing = result["HumanEval"]
+    assert max(abs(e) for e in errors.values()) < 0.25, errors  # the target; 0.17 at 64
+    assert 64 < crossing <= 128  # the target; 122
+    errors, crossing = result["math_reasoning"]
+    assert max(abs(errors[b]) for b in UNDER_LOAD if b <= 32) < 0.25, errors  # 0.14 at most
+    assert abs(errors[64]) < 0.30, errors  # the known miss: 0.28 at 64
+    assert 128 < crossing < 400  # the known miss: 308; the measured crossover is in (64, 128]
+
+
+def test_the_load_model_beats_the_saturation_model_under_load() -> None:
+    """What the load model replaces: a verifier step flat up to 256 tokens, 20-100 % high between 8 and 64."""
+    c = dspark_prior()
+    new = held_out_dspark_under_load(dspark_load())
+    for name, (length, gains) in HELD_OUT_DSPARK.items():
+        alpha = alpha_from_mean_length(length, 7)
+        measured = dict(zip(IN_FLIGHT, gains, strict=True))
+        old = {b: throughput_gain(alpha, 7, c, b) / measured[b] - 1 for b in UNDER_LOAD}
+        assert max(old[b] for b in (16, 32, 64)) > 0.4
+        for b in (8, 16, 32, 64):
+            assert abs(new[name][0][b]) < abs(old[b]), (name, b)
+
+
+def test_the_schedule_with_the_load_model() -> None:
+    """cutoff_schedule with the device class load model: full K at small batches, K falling as the batch grows
+    (a shorter block costs the verifier less), and never more K for HumanEval (shorter accepted length) than for
+    math_reasoning."""
+    load, c = dspark_load(), dspark_prior()
+    ks = {}
+    for name, (length, _) in HELD_OUT_DSPARK.items():
+        sched = cutoff_schedule(alpha_from_mean_length(length, 7), c, 7, 512, algorithm="dspark", load=load)
+        ks[name] = [sched.k_at(b) for b in range(1, 513)]
+        assert ks[name][0] == 7
+        assert ks[name] == sorted(ks[name], reverse=True)
+        assert ks[name][-1] < ks[name][63] < 7
+    assert all(h <= m for h, m in zip(ks["HumanEval"], ks["math_reasoning"], strict=True))
+
+
+# ------------------------------------------------------------------ the load model's coefficients
+
+# NVIDIA NIM LLM benchmarking, performance page (https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance):
+# Llama-3.3-70B-Instruct, NIM 1.8.0, 2 x H100 80G, FP8, TP2, 5000 input / 500 output tokens; (concurrency, ITL ms)
+# below the point where TTFT shows queueing (100 and above).
+NIM_70B_FP8_TP2 = [(1, 18.58), (5, 21.83), (25, 38.75), (50, 59.73)]
+LLAMA_70B = {"hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+             "intermediate_size": 28672, "vocab_size": 128256}  # fmt: skip
+H100_FP8_TFLOPS = 1979  # dense FP8, NVIDIA's H100 SXM datasheet
+
+
+def test_the_compute_efficiency_comes_from_the_nim_rows() -> None:
+    """η: each request in flight adds to the step its tokens' arithmetic (one decode token plus the prefill its
+    prompt spreads over its answer, 5000 / 500) and the read of its KV cache (FP8 in this profile, the context at its
+    middle); the slope of ITL over concurrency, less the KV reads, is the arithmetic at η of the FP8 dense rate."""
+    n = len(NIM_70B_FP8_TP2)
+    mean_b = sum(b for b, _ in NIM_70B_FP8_TP2) / n
+    mean_t = sum(t for _, t in NIM_70B_FP8_TP2) / n
+    slope_ms = sum((b - mean_b) * (t - mean_t) for b, t in NIM_70B_FP8_TP2) / sum(
+        (b - mean_b) ** 2 for b, _ in NIM_70B_FP8_TP2
+    )
+    tp, bw = 2, 3350e9 * BANDWIDTH_EFFICIENCY
+    kv = kv_bytes_per_token(LLAMA_70B)
+    assert kv == 2 * 80 * 8 * 128 * 2  # BF16 here; the FP8 profile holds half
+    kv_ms = 1e3 * (5000 + 250) * (kv / 2) / tp / bw
+    tokens = 1 + 5000 / 500
+    flops = tokens * 2 * verifier_active_parameters(LLAMA_70B) / tp
+    eta = flops / (H100_FP8_TFLOPS * 1e12 * (slope_ms - kv_ms) * 1e-3)
+    assert eta == pytest.approx(COMPUTE_EFFICIENCY, abs=0.01)
+
+
+def test_the_load_model_is_physical() -> None:
+    s = size(EAGLE3_8B, LLAMA_8B)
+    assert kv_bytes_per_token(LLAMA_8B) == 2 * 32 * 8 * 128 * 2
+    assert kv_bytes_per_token({"hidden_size": 64}) is None
+    assert draft_kv_bytes_per_token(EAGLE3_8B) == 2 * 1024 * 2
+    m = load_model(s, "nvidia-h100-80gb-hbm3", kv_bytes_per_token(LLAMA_8B))
+    assert m is not None
+    # a batch-1 step is the prior's: τ_step plus the weight reads; one more token costs its arithmetic only
+    h100 = DEVICES["h100"]
+    reads = 1e3 * 2 * s.verifier / (h100.bandwidth_gbs * 1e9)
+    assert m.verifier(1, 1) - m.verifier_token_ms - m.verifier_request_ms == pytest.approx(h100.step_ms + reads)
+    # a longer context, more requests or more tokens cost more; tensor parallelism splits every part
+    longer = load_model(s, "h100", kv_bytes_per_token(LLAMA_8B), context_tokens=4096)
+    assert longer is not None
+    assert longer.verifier(64, 1) > m.verifier(64, 1) > m.verifier(8, 1)
+    split = load_model(s, "h100", kv_bytes_per_token(LLAMA_8B), tensor_parallel=2)
+    assert split is not None
+    assert split.verifier_token_ms == pytest.approx(m.verifier_token_ms / 2)
+    # a chain drafter's step runs K forwards of one position, a parallel drafter's one forward of K + 1
+    assert speculative_step(m, 16, 4, 0.1, "eagle3") > speculative_step(m, 16, 4, 0.1, "dspark")
+    assert plain_step(m, 1) == 1.0
+    # a CPU keeps the saturation model; an unknown GPU gets the default row
+    assert load_model(s, "cpu", kv_bytes_per_token(LLAMA_8B)) is None
+    assert load_model(s, None, kv_bytes_per_token(LLAMA_8B)) == m
 
 
 # ------------------------------------------------------------------ the device classes

@@ -9,9 +9,10 @@ Model (the standard one for greedy chain speculation with per-token acceptance p
 - speedup = E / (1 + n·c); the break-even α* solves speedup = 1.
 
 At larger batch sizes the target forward stops being memory-bound: verifying K extra tokens per
-request then costs real compute. `cutoff_schedule` models that with a saturation point (tokens per
-step beyond which the target's step time grows linearly) and turns the best K per batch size into
-vLLM's `num_speculative_tokens_per_batch_size` triples.
+request then costs real compute. `cutoff_schedule` models that with a device class `LoadModel` (a step
+that grows with its tokens' arithmetic and its requests' KV reads from the first request on) or, without
+one, a saturation point (tokens per step beyond which the target's step time grows linearly), and turns
+the best K per batch size into vLLM's `num_speculative_tokens_per_batch_size` triples.
 """
 
 from __future__ import annotations
@@ -198,6 +199,48 @@ def schedule_from_cutoff(k: int, max_batch_size: int, max_num_seqs: int) -> Sche
     return Schedule(((1, max_batch_size, k), (max_batch_size + 1, max_num_seqs, 0)))
 
 
+@dataclass(frozen=True)
+class LoadModel:
+    """How a verifier step and a draft forward grow with the requests in flight on one device class (milliseconds):
+    a fixed part (launches, weight reads), a part per token in the batch (its arithmetic at the class's decode
+    efficiency) and a part per request (reading its KV cache over the context in flight). domain/priors.py builds
+    one from the pair's sizes and the device class; docs/concepts/economics.md gives the coefficients."""
+
+    verifier_fixed_ms: float
+    verifier_token_ms: float
+    verifier_request_ms: float
+    draft_fixed_ms: float
+    draft_token_ms: float
+    draft_request_ms: float
+
+    def verifier(self, batch_size: int, tokens_per_request: int) -> float:
+        return self.verifier_fixed_ms + batch_size * (
+            tokens_per_request * self.verifier_token_ms + self.verifier_request_ms
+        )
+
+    def draft(self, batch_size: int, positions: int) -> float:
+        """One draft forward over `positions` tokens a request (K + 1 for a parallel drafter's block, 1 for a chain)."""
+        return self.draft_fixed_ms + batch_size * (positions * self.draft_token_ms + self.draft_request_ms)
+
+
+def speculative_step(
+    load: LoadModel, batch_size: int, k: int, cost_ratio: float, algorithm: str = Algorithm.EAGLE3.value
+) -> float:
+    """A speculative step's time at `batch_size`, in plain batch-1 steps: the verifier over K + 1 tokens a request
+    plus the draft forwards. `cost_ratio` (the sweep's, the live one or the prior's) prices the draft at batch 1;
+    the load model only says how that grows with the batch, so a measured c keeps its precedence."""
+    base = load.verifier(1, 1)
+    n = draft_forwards(algorithm, k)
+    positions = k + 1 if drafts_in_parallel(algorithm) else 1  # a parallel drafter's block: the anchor and K masks
+    growth = load.draft(batch_size, positions) / load.draft(1, positions) if n else 0.0
+    return (load.verifier(batch_size, 1 + k) + n * cost_ratio * base * growth) / base
+
+
+def plain_step(load: LoadModel, batch_size: int) -> float:
+    """A plain step's time at `batch_size`, in plain batch-1 steps."""
+    return load.verifier(batch_size, 1) / load.verifier(1, 1)
+
+
 def step_cost(batch_size: int, tokens_per_request: int, saturation_tokens: int) -> float:
     """Relative target step time: flat while memory-bound, linear in tokens beyond saturation."""
     return max(1.0, batch_size * tokens_per_request / saturation_tokens)
@@ -210,21 +253,27 @@ def cutoff_schedule(
     max_num_seqs: int,
     saturation_tokens: int = 256,
     algorithm: str = Algorithm.EAGLE3.value,
+    load: LoadModel | None = None,
 ) -> Schedule:
     """The best K for every batch size 1..max_num_seqs, compressed into ranges.
 
-    Throughput at batch b with K: b·E(α, K) / (step_cost(b, 1+K) + n·c·step_cost(b, 1)) against
-    b / step_cost(b, 1) without speculation; K = 0 wherever nothing beats plain decoding.
+    Throughput at batch b with K: b·E(α, K) / spec(b, K) against b / plain(b) without speculation; K = 0 wherever
+    nothing beats plain decoding. With a device class `load` model, spec and plain are speculative_step and
+    plain_step (steps that grow from the first request on); without one (a CPU, or no pair sizes), the verifier's
+    step is flat up to `saturation_tokens` and linear beyond: spec = step_cost(b, 1+K) + n·c·step_cost(b, 1).
     """
     if k_max < 1 or max_num_seqs < 1 or saturation_tokens < 1:
         raise ValueError("k_max, max_num_seqs and saturation_tokens must be >= 1")
     ranges: list[list[int]] = []
     for b in range(1, max_num_seqs + 1):
-        plain = 1.0 / step_cost(b, 1, saturation_tokens)
+        plain = 1.0 / (plain_step(load, b) if load else step_cost(b, 1, saturation_tokens))
         best_k_here, best_rate = 0, plain
         for k in range(1, k_max + 1):
-            n = draft_forwards(algorithm, k)
-            cost = step_cost(b, 1 + k, saturation_tokens) + n * cost_ratio * step_cost(b, 1, saturation_tokens)
+            if load is not None:
+                cost = speculative_step(load, b, k, cost_ratio, algorithm)
+            else:
+                n = draft_forwards(algorithm, k)
+                cost = step_cost(b, 1 + k, saturation_tokens) + n * cost_ratio * step_cost(b, 1, saturation_tokens)
             rate = expected_tokens(alpha, k) / cost
             if rate > best_rate * (1 + 1e-9):
                 best_k_here, best_rate = k, rate

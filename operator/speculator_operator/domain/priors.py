@@ -28,10 +28,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from speculator_operator.domain.algorithms import drafts_in_parallel
-from speculator_operator.domain.economics import draft_active_parameters, verifier_active_parameters
+from speculator_operator.domain.economics import LoadModel, draft_active_parameters, verifier_active_parameters
 
 BYTES_PER_PARAMETER = 2  # BF16 weights
 BANDWIDTH_EFFICIENCY = 0.85  # the share of the datasheet bandwidth a decode step's weight reads reach
+# the share of the datasheet dense rate a decode batch's arithmetic reaches (GEMMs of a few hundred rows, the lm_head,
+# norms and sampling per token): 0.56, from NVIDIA's published NIM sweep of Llama-3.3-70B-Instruct on 2 x H100 FP8
+# (tests/unit/test_economics_prior.py re-derives it; docs/concepts/economics.md)
+COMPUTE_EFFICIENCY = 0.56
+# the context a request in flight holds when nothing says otherwise: a chat-sized request half way through (prompts
+# and answers of a few hundred tokens each); its KV cache is read once per step
+DEFAULT_CONTEXT_TOKENS = 512
+KV_BYTES_PER_ELEMENT = 2  # BF16 KV cache
 DEFAULT = "default"  # the prior used for a GPU this table does not know (or a deployment that does not say)
 CPU = "cpu"
 
@@ -144,6 +152,67 @@ class Prior:
     cost_ratio: float  # c
     draft_ms: float | None  # the modelled draft forward and verifier step (None on a CPU)
     step_ms: float | None
+
+
+def kv_bytes_per_token(config: Mapping[str, object]) -> int | None:
+    """The KV cache bytes one token of context holds in the verifier (K and V, every layer, BF16); None where the
+    config does not say."""
+    text = config.get("text_config")
+    cfg: Mapping[str, object] = text if isinstance(text, Mapping) else config
+    layers, heads, hidden = cfg.get("num_hidden_layers"), cfg.get("num_attention_heads"), cfg.get("hidden_size")
+    kv_heads, head_dim = cfg.get("num_key_value_heads", heads), cfg.get("head_dim")
+    if not (isinstance(layers, int) and isinstance(heads, int) and heads > 0 and isinstance(kv_heads, int)):
+        return None
+    if not isinstance(head_dim, int):
+        if not isinstance(hidden, int):
+            return None
+        head_dim = hidden // heads
+    return 2 * layers * kv_heads * head_dim * KV_BYTES_PER_ELEMENT
+
+
+def draft_kv_bytes_per_token(shapes: Mapping[str, tuple[int, ...]]) -> int:
+    """The KV cache bytes one token of context holds in the draft: K and V of every k_proj it has (BF16)."""
+    return sum(2 * shape[0] * KV_BYTES_PER_ELEMENT for name, shape in shapes.items() if name.endswith("k_proj.weight"))
+
+
+def load_model(
+    size: PairSize,
+    device: str | None,
+    kv_bytes: int | None,
+    draft_kv_bytes: int = 0,
+    tensor_parallel: int = 1,
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+) -> LoadModel | None:
+    """How the pair's steps grow with the requests in flight on `device` (None on a CPU: the saturation model stays).
+
+    verifier step(T tokens, B requests) = τ_step + bytes_verifier/BW + T·2·P_verifier/(FLOPS·η) + B·L·kv/BW, the draft's
+    likewise with τ_draft; L the context in flight (DEFAULT_CONTEXT_TOKENS unless said), kv the KV bytes a token holds.
+    """
+    key = prior_key(device)
+    if key == CPU:
+        return None
+    d = DEVICES[key]
+    tp = max(1, tensor_parallel)
+    bw = d.bandwidth_gbs * 1e9
+    flops = d.tflops * 1e12 * COMPUTE_EFFICIENCY
+
+    def token_ms(parameters: float) -> float:
+        return 1e3 * 2 * parameters / tp / flops
+
+    def weights_ms(parameters: float) -> float:
+        return 1e3 * BYTES_PER_PARAMETER * parameters / tp / bw
+
+    def kv_ms(per_token: int | None) -> float:
+        return 1e3 * max(0, context_tokens) * (per_token or 0) / tp / bw
+
+    return LoadModel(
+        verifier_fixed_ms=d.step_ms + weights_ms(size.verifier),
+        verifier_token_ms=token_ms(size.verifier),
+        verifier_request_ms=kv_ms(kv_bytes),
+        draft_fixed_ms=d.draft_ms + weights_ms(size.draft_total),
+        draft_token_ms=token_ms(size.draft_total),
+        draft_request_ms=kv_ms(draft_kv_bytes),
+    )
 
 
 def forward_ms(parameters: float, device: Device, tensor_parallel: int = 1, positions: int = 1) -> float:
