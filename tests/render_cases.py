@@ -16,12 +16,14 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+from speculator_operator.cli import RenderOptions, format_rendered, render_documents
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.checkpoint.manifest import FileEntry, Manifest
 from speculator_operator.domain.releases import get_release
 from speculator_operator.render import serving, training
@@ -134,8 +136,39 @@ SERVE_CASES: dict[str, tuple[dict[str, Any], serving.Draft]] = {
 }
 
 
-def cases() -> Iterator[tuple[str, Callable[[], list[dict[str, Any]]]]]:
-    """(case name, a function that renders its children)."""
+# The GPU examples as `speculator-operator render` prints them where their weights cannot be read (gated hub repos,
+# no network): every checkpoint and verifier read fails, the options say what the render needs, and the output
+# says that the audit was not run and why. No stand-in checkpoint exists under their names.
+GPU = REPO / "examples" / "gpu"
+GPU_CASES: dict[str, tuple[tuple[str, ...], RenderOptions]] = {
+    "gpu-llama-3.1-8b-eagle3-trainjob": (("llama-3.1-8b-eagle3-trainjob.yaml",), RenderOptions(verifier_layers=32)),
+    "gpu-llama-3.1-8b-eagle3-deployment": (
+        ("llama-3.1-8b-eagle3-deployment.yaml",),
+        RenderOptions(draft_algorithm="eagle3", draft_tokens=3),
+    ),
+    "gpu-qwen3-8b-dflash-deployment": (
+        ("qwen3-8b-dflash-deployment.yaml",),
+        RenderOptions(draft_algorithm="dflash", draft_tokens=7),
+    ),
+    "gpu-qwen3-8b-dflash-trainjob": (("qwen3-8b-dflash-trainjob.yaml",), RenderOptions(verifier_layers=36)),
+    "gpu-llama-3.1-405b-multinode": (
+        ("llama-3.1-405b-eagle3-trainjob.yaml", "llama-3.1-405b-multinode-deployment.yaml"),
+        RenderOptions(verifier_layers=126, draft_algorithm="eagle3", draft_tokens=3),
+    ),
+}
+
+
+def _unreadable(location: str, **_: Any) -> NoReturn:
+    raise CheckpointError(f"{location}: not read (the snapshot is rendered without network access)")
+
+
+def _gpu(files: tuple[str, ...], options: RenderOptions) -> str:
+    docs = [(f, d) for f in files for d in yaml.safe_load_all((GPU / f).read_text()) if d]
+    return format_rendered(render_documents(docs, options, audit_draft=_unreadable, read_config=_unreadable))
+
+
+def cases() -> Iterator[tuple[str, Callable[[], list[dict[str, Any]] | str]]]:
+    """(case name, a function that renders its children, or the CLI's whole output)."""
     for doc in _example("speculatortrainjob.yaml"):
         yield f"example-{doc['metadata']['name']}", lambda doc=doc: _train(doc["metadata"]["name"], doc["spec"], 8)
     for doc in _example("speculatordeployment.yaml"):
@@ -148,12 +181,17 @@ def cases() -> Iterator[tuple[str, Callable[[], list[dict[str, Any]]]]]:
         yield name, lambda name=name, over=over: _train(name, _merged(TRAIN_BASE, over))
     for name, (over, draft) in SERVE_CASES.items():
         yield name, lambda name=name, over=over, draft=draft: _serve(name, _merged(SERVE_BASE, over), draft)
+    for name, (files, options) in GPU_CASES.items():
+        yield name, lambda files=files, options=options: _gpu(files, options)
 
 
-def render_case(fn: Callable[[], list[dict[str, Any]]]) -> str:
+def render_case(fn: Callable[[], list[dict[str, Any]] | str]) -> str:
     saved = {k: os.environ.pop(k) for k in ENVIRONMENT if k in os.environ}
     try:
-        return "---\n".join(yaml.safe_dump(d, sort_keys=False, width=120) for d in fn())
+        out = fn()
+        if isinstance(out, str):
+            return out
+        return "---\n".join(yaml.safe_dump(d, sort_keys=False, width=120) for d in out)
     finally:
         os.environ.update(saved)
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from speculator_operator import __version__
+from speculator_operator.api.common import GROUP as API_GROUP
 from speculator_operator.domain.checkpoint import (
     AuditReport,
     CheckpointError,
+    VerifierRef,
     audit,
     load_verifier_config,
     read_verifier,
@@ -72,16 +76,35 @@ def build_parser() -> argparse.ArgumentParser:
     rd = sub.add_parser(
         "render",
         help="print the children a SpeculatorDeployment or SpeculatorTrainJob would get, without a cluster",
-        description="Render the Deployment, Service and PodDisruptionBudget for a SpeculatorDeployment manifest "
-        "(the draft's algorithm and K are read from its checkpoint, header-only, unless given), or every stage's "
-        "children of a SpeculatorTrainJob (the verifier's layer count is read from its config.json unless given).",
+        description="Render the Deployment (or LeaderWorkerSet), Service and PodDisruptionBudget for a "
+        "SpeculatorDeployment manifest (the draft's algorithm and K are read from its checkpoint, header-only, and "
+        "the draft is audited), or every stage's children of a SpeculatorTrainJob (the verifier's layer count is "
+        "read from its config.json). Where the checkpoint or the verifier cannot be read (a gated hub without a "
+        "token, no network, a train job's output not yet published), --draft-algorithm/--draft-tokens and "
+        "--verifier-layers say what the render needs of them: the output then says, as a comment above the "
+        "resource's children and on stderr, that the audit was not run and why. Other kinds (a Secret beside "
+        "them) are skipped. Exit 0: rendered; 1: --strict and an audit not run or failed; 2: bad usage or "
+        "unreadable input the options do not make up for.",
     )
-    rd.add_argument("file", metavar="FILE", help="a manifest (YAML or JSON, several documents allowed; - for stdin)")
-    rd.add_argument("--verifier-layers", type=int, help="train jobs: skip reading the verifier: its num_hidden_layers")
-    rd.add_argument("--draft-algorithm", help="skip reading the checkpoint: its speculators_model_type")
-    rd.add_argument("--draft-tokens", type=int, help="skip reading the checkpoint: its speculative_tokens")
+    rd.add_argument(
+        "file", metavar="FILE", nargs="+", help="manifests (YAML or JSON, several documents allowed; a folder: its "
+        "*.yaml, *.yml and *.json; - for stdin)"
+    )  # fmt: skip
+    rd.add_argument(
+        "--verifier-layers", type=int, help="train jobs: the verifier's num_hidden_layers where its config.json "
+        "cannot be read"
+    )  # fmt: skip
+    rd.add_argument(
+        "--draft-algorithm", help="deployments: the draft's speculators_model_type where its checkpoint cannot be "
+        "read or is a train job's output"
+    )  # fmt: skip
+    rd.add_argument("--draft-tokens", type=int, help="deployments: the draft's speculative_tokens, likewise")
     rd.add_argument("--verifier-revision", help="the resolved verifier commit (default: spec.verifier.revision)")
     rd.add_argument("--namespace", default=None, help="namespace when the manifest has none (default: default)")
+    rd.add_argument(
+        "--strict", action="store_true", help="an unreadable checkpoint or verifier is an error even with the "
+        "options above, and a failed audit exits 1"
+    )  # fmt: skip
 
     st = sub.add_parser(
         "stage",
@@ -254,55 +277,197 @@ def _images(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class RenderOptions:
+    """What `render` is told on the command line besides the manifests."""
+
+    verifier_layers: int | None = None  # where the verifier's config.json cannot be read
+    draft_algorithm: str | None = None  # where the draft's checkpoint cannot be read (or is a train job's output)
+    draft_tokens: int | None = None
+    verifier_revision: str | None = None
+    namespace: str | None = None
+    strict: bool = False  # an unread checkpoint or verifier, or a failed audit, is an error
+
+
+@dataclass
+class Rendered:
+    """One resource's children, what the output says about them (`audit not run: ...`, as YAML comments on top of
+    its children), and the renderer's own notes (stderr only)."""
+
+    kind: str
+    name: str
+    children: list[dict[str, Any]]
+    said: list[str] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)
+
+
 def _render(args: argparse.Namespace) -> int:
     import yaml
+
+    docs: list[tuple[str, Any]] = []
+    for path in _manifest_files(args.file):
+        text = sys.stdin.read() if path == "-" else _read_text(path)
+        try:
+            docs += [(path, d) for d in yaml.safe_load_all(text) if d]
+        except yaml.YAMLError as exc:
+            raise UsageError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
+    options = RenderOptions(
+        verifier_layers=args.verifier_layers,
+        draft_algorithm=args.draft_algorithm,
+        draft_tokens=args.draft_tokens,
+        verifier_revision=args.verifier_revision,
+        namespace=args.namespace,
+        strict=args.strict,
+    )
+    rendered = render_documents(docs, options)
+    for r in rendered:
+        for line in r.said:
+            print(f"# {r.name}: {line}", file=sys.stderr)
+        for reason, message in r.notes:
+            print(f"# {r.name}: {reason}: {message}", file=sys.stderr)
+    print(format_rendered(rendered), end="")
+    if options.strict and any(r.said for r in rendered):
+        return 1
+    return 0
+
+
+def _manifest_files(given: list[str]) -> list[str]:
+    """The files named, a folder standing for its *.yaml, *.yml and *.json files (sorted)."""
+    from pathlib import Path
+
+    out: list[str] = []
+    for name in given:
+        path = Path(name)
+        if name != "-" and path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+            if not found:
+                raise UsageError(f"{name}: no .yaml, .yml or .json files")
+            out += [str(p) for p in found]
+        else:
+            out.append(name)
+    return out
+
+
+def render_documents(
+    docs: list[tuple[str, Any]],
+    options: RenderOptions,
+    audit_draft: Callable[..., AuditReport] | None = None,
+    read_config: Callable[[str], VerifierRef] | None = None,
+) -> list[Rendered]:
+    """The children of every SpeculatorDeployment and SpeculatorTrainJob among `docs` ((file, document) pairs),
+    in order; other Kubernetes objects (a Secret beside them) are skipped. A draft checkpoint or verifier that
+    cannot be read is not an error where the options say what the render needs of it: the children are rendered
+    from the options and say that the audit was not run, and why (unless options.strict). `audit_draft` and
+    `read_config` stand in for the readers (tests, snapshots)."""
+    audit_draft = audit_draft or audit
+    read_config = read_config or read_verifier
+    out: list[Rendered] = []
+    # where each train job among the inputs publishes: a deployment that serves one (fromTrainJob) stages it from there
+    outputs = {
+        ((d.get("metadata") or {}).get("name"), (d.get("metadata") or {}).get("namespace")): str(
+            ((d.get("spec") or {}).get("output") or {}).get("uri") or ""
+        )
+        for _, d in docs
+        if isinstance(d, dict) and d.get("kind") == "SpeculatorTrainJob"
+    }
+    for where, doc in docs:
+        kind = doc.get("kind") if isinstance(doc, dict) else doc
+        if kind == "SpeculatorTrainJob":
+            out.append(_render_trainjob(where, doc, options, read_config))
+        elif kind == "SpeculatorDeployment":
+            out.append(_render_deployment(where, doc, options, audit_draft, outputs))
+        elif (
+            isinstance(doc, dict) and isinstance(kind, str) and not str(doc.get("apiVersion", "")).startswith(API_GROUP)
+        ):
+            name = (doc.get("metadata") or {}).get("name", "")
+            print(f"# skipped {kind}/{name} ({where}): not a speculators.dev kind", file=sys.stderr)
+        else:
+            raise UsageError(f"{where}: expected kind SpeculatorDeployment or SpeculatorTrainJob, got {kind!r}")
+    if not out:
+        raise UsageError(f"{', '.join(sorted({w for w, _ in docs})) or 'input'}: no SpeculatorDeployment or "
+                         "SpeculatorTrainJob to render")  # fmt: skip
+    return out
+
+
+def format_rendered(rendered: list[Rendered]) -> str:
+    """The children as YAML documents; what a resource's render says comes first as comments."""
+    import yaml
+
+    chunks = []
+    for r in rendered:
+        said = "".join(f"# {r.kind}/{r.name}: {line}\n" for line in r.said)
+        for i, child in enumerate(r.children):
+            chunks.append((said if i == 0 else "") + yaml.safe_dump(child, sort_keys=False, width=120))
+    return "---\n".join(chunks)
+
+
+def _not_run(options: RenderOptions, reason: str, fallback: str) -> None:
+    """An unread input where the options make up for it; --strict refuses it."""
+    if options.strict:
+        raise UsageError(f"{reason} (--strict: {fallback} is not enough)")
+
+
+def _render_deployment(
+    where: str,
+    doc: dict[str, Any],
+    options: RenderOptions,
+    audit_draft: Callable[..., AuditReport],
+    outputs: dict[tuple[Any, Any], str],
+) -> Rendered:
     from pydantic import ValidationError
 
     from speculator_operator.api.deployment import SpeculatorDeploymentSpec
     from speculator_operator.render.serving import Draft, Inputs, render
 
-    text = sys.stdin.read() if args.file == "-" else _read_text(args.file)
+    meta = doc.get("metadata") or {}
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d]
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{args.file}: not YAML: {str(exc).splitlines()[0]}") from None
-    out = []
-    for doc in docs:
-        kind = doc.get("kind") if isinstance(doc, dict) else doc
-        if kind == "SpeculatorTrainJob":
-            out.extend(_render_trainjob(args, doc))
-            continue
-        if kind != "SpeculatorDeployment":
-            raise UsageError(f"{args.file}: expected kind SpeculatorDeployment or SpeculatorTrainJob, got {kind!r}")
-        meta = doc.get("metadata") or {}
+        spec = SpeculatorDeploymentSpec.model_validate(doc.get("spec") or {})
+    except ValidationError as exc:
+        raise _spec_error(where, exc) from None
+    name = meta.get("name") or "unnamed"
+    release = get_release(spec.release)
+    given = f"--draft-algorithm {options.draft_algorithm} --draft-tokens {options.draft_tokens}"
+    fallback = None
+    if options.draft_algorithm and options.draft_tokens:
+        fallback = Draft(options.draft_algorithm, options.draft_tokens)
+    said: list[str] = []
+    source = None
+    if spec.speculator.source:
         try:
-            spec = SpeculatorDeploymentSpec.model_validate(doc.get("spec") or {})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = "spec." + ".".join(str(p) for p in first["loc"])
-            raise UsageError(f"{args.file}: {where}: {first['msg']}") from None
-        release = get_release(spec.release)
-        source = None
-        if args.draft_algorithm and args.draft_tokens:
-            draft = Draft(args.draft_algorithm, args.draft_tokens)
-        elif spec.speculator.source:
-            report = audit(spec.speculator.source, release=release, allow_lossy=spec.audit.allow_lossy)
+            report = audit_draft(spec.speculator.source, release=release, allow_lossy=spec.audit.allow_lossy)
+        except CheckpointError as exc:
+            if fallback is None:
+                raise UsageError(f"audit not run: {exc}; pass --draft-algorithm and --draft-tokens to render "
+                                 "without the checkpoint") from None  # fmt: skip
+            _not_run(options, f"audit not run: {exc}", given)
+            said.append(f"audit not run: the draft could not be read ({exc}). Rendered from {given}, without "
+                        "the audited file list; the operator audits the draft before it creates any pod.")  # fmt: skip
+            draft = fallback
+        else:
             ck = report.checkpoint
             if ck.algorithm is None or ck.speculative_tokens is None:
                 raise UsageError(f"{spec.speculator.source}: no speculators_model_type / speculative_tokens")
             draft = Draft(ck.algorithm, ck.speculative_tokens, ck.revision, ck.manifest)
             source = ck.uri if ck.resolved_from else None
-        else:
-            raise UsageError("speculator.fromTrainJob: pass --draft-algorithm and --draft-tokens to render offline")
-        name = meta.get("name") or "unnamed"
-        namespace = meta.get("namespace") or args.namespace or "default"
-        inputs = Inputs(name, namespace, spec, release, draft, args.verifier_revision, draft_source=source)
-        rendered = render(inputs)
-        out.extend(rendered.children)
-        for reason, message in rendered.notes:
-            print(f"# {name}: {reason}: {message}", file=sys.stderr)
-    print("---\n".join(yaml.safe_dump(d, sort_keys=False, width=120) for d in out), end="")
-    return 0
+            if report.errors:
+                first = report.errors[0]
+                said.append(f"audit failed: {len(report.errors)} error(s), the first {first.rule}: {first.message}. "
+                            "The operator would not deploy this draft (Audited=False, AuditFailed).")  # fmt: skip
+    else:
+        job = spec.speculator.from_train_job
+        source = outputs.get((job, meta.get("namespace")))
+        if fallback is None or not source:
+            raise UsageError(f"speculator.fromTrainJob: render it with train job {job}'s manifest (where it "
+                             "publishes) and --draft-algorithm and --draft-tokens")  # fmt: skip
+        _not_run(options, f"audit not run: the draft is train job {job}'s output", given)
+        said.append(f"audit not run: the draft is train job {job}'s output, audited once it is published. "
+                    f"Rendered from {given}, staged from its output.uri {source} (the operator serves the "
+                    "exact folder the job published there).")  # fmt: skip
+        draft = fallback
+    namespace = meta.get("namespace") or options.namespace or "default"
+    inputs = Inputs(name, namespace, spec, release, draft, options.verifier_revision, draft_source=source)
+    result = render(inputs)
+    return Rendered("SpeculatorDeployment", name, result.children, said, list(result.notes))
 
 
 def _spec_error(file: str, exc: Any) -> UsageError:
@@ -310,7 +475,9 @@ def _spec_error(file: str, exc: Any) -> UsageError:
     return UsageError(f"{file}: spec.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
 
 
-def _render_trainjob(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _render_trainjob(
+    where: str, doc: dict[str, Any], options: RenderOptions, read_config: Callable[[str], VerifierRef]
+) -> Rendered:
     from pydantic import ValidationError
 
     from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
@@ -320,20 +487,36 @@ def _render_trainjob(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict
     try:
         spec = SpeculatorTrainJobSpec.model_validate(doc.get("spec") or {})
     except ValidationError as exc:
-        raise _spec_error(args.file, exc) from None
-    release = get_release(spec.release)
-    revision = args.verifier_revision
-    layers = args.verifier_layers
-    content = None
-    if layers is None:
-        location = spec.verifier.config_location
-        if location is None:
-            raise UsageError("a pvc:// verifier cannot be read here: pass --verifier-layers")
-        ref = read_verifier(location)
-        layers, revision, content = verifier_layers(ref.config), revision or ref.revision, ref.content
+        raise _spec_error(where, exc) from None
     name = meta.get("name") or "unnamed"
-    namespace = meta.get("namespace") or args.namespace or "default"
-    return render_all(Inputs(name, namespace, spec, release, revision, layers, verifier_content=content))
+    release = get_release(spec.release)
+    revision = options.verifier_revision
+    layers = options.verifier_layers
+    content = None
+    said: list[str] = []
+    location = spec.verifier.config_location
+    if location is None:
+        if layers is None:
+            raise UsageError("a pvc:// verifier cannot be read here: pass --verifier-layers")
+    else:
+        try:
+            ref = read_config(location)
+        except CheckpointError as exc:
+            if layers is None:
+                raise UsageError(
+                    f"{exc}: pass --verifier-layers to render without the verifier's config.json"
+                ) from None
+            given = f"--verifier-layers {layers}"
+            _not_run(options, f"verifier not read: {exc}", given)
+            said.append(f"verifier not read ({exc}): rendered with {given}"
+                        + ("" if revision else "; its revision is not resolved (the operator pins it to a commit "
+                           "before any stage runs)") + ".")  # fmt: skip
+        else:
+            layers, revision, content = verifier_layers(ref.config), revision or ref.revision, ref.content
+    assert layers is not None
+    namespace = meta.get("namespace") or options.namespace or "default"
+    children = render_all(Inputs(name, namespace, spec, release, revision, layers, verifier_content=content))
+    return Rendered("SpeculatorTrainJob", name, children, said)
 
 
 def _read_text(path: str) -> str:
