@@ -17,6 +17,8 @@ Exit status 0 whatever the verdicts: the caller judges them.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 import traceback
@@ -36,10 +38,13 @@ def check(args: list[str]) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = []
 
     def step(name: str, fn: Any) -> Any:
+        said = io.StringIO()
         try:
-            value = fn()
-        except (Exception, SystemExit) as exc:  # argparse exits; vLLM raises what it raises
-            steps.append({"step": name, "ok": False, "error": _error(exc)})
+            with contextlib.redirect_stderr(said):
+                value = fn()
+        except (Exception, SystemExit) as exc:  # argparse exits after printing why; vLLM raises what it raises
+            why = said.getvalue().strip().splitlines()[-1:] if isinstance(exc, SystemExit) else []
+            steps.append({"step": name, "ok": False, "error": "; ".join([_error(exc), *why])})
             raise
         steps.append({"step": name, "ok": True, "error": ""})
         return value

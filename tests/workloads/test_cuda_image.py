@@ -114,6 +114,30 @@ def test_the_installed_versions_are_the_release_tables_and_torch_is_a_cuda_build
     assert seen["imports"]["vllm.entrypoints.openai.api_server"] == "ok", seen["imports"]
 
 
+def readable_copy(source: Path, target: Path, max_positions: int | None = None) -> Path:
+    """A copy the image's non-root user can read (the dry-run writes its files for its owner only); with
+    `max_positions` the config says that many positions (the rendered GPU examples ask for long contexts; nothing
+    here loads the weights, so only the config must agree)."""
+    shutil.copytree(source, target)
+    if max_positions is not None:
+        config = json.loads((target / "config.json").read_text())
+        config["max_position_embeddings"] = max_positions
+        (target / "config.json").write_text(json.dumps(config))
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return target
+
+
+# what the kubelet puts in place of a LeaderWorkerSet group's variables (the LWS pod webhook injects them)
+LWS_VALUES = {"LWS_LEADER_ADDRESS": "10.0.0.1", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0"}
+
+
+def expanded(arg: str) -> str:
+    for name, value in LWS_VALUES.items():
+        arg = arg.replace(f"$({name})", value)
+    return arg
+
+
 def rendered_servers() -> list[tuple[str, list[str]]]:
     """(snapshot/container, vLLM args) of every rendered server whose arguments are complete at render time (an
     evaluation server's `--speculate` adds its config in the pod, after training: the entrypoint test covers it)."""
@@ -138,7 +162,7 @@ def rendered_servers() -> list[tuple[str, list[str]]]:
                     continue
                 name = f"{path.stem}/{(doc.get('metadata') or {}).get('name')}/{c['name']}"
                 if all(name != n or args != a for n, a in found):
-                    found.append((name, list(args)))
+                    found.append((name, [expanded(a) for a in args]))
     return found
 
 
@@ -163,10 +187,11 @@ def test_vllms_own_validation_accepts_every_rendered_server(
     drafts = tmp_path / "drafts"
     drafts.mkdir()
     for key, path in dry_run_checkpoints.items():
-        if key != "verifier":
-            shutil.copytree(path, drafts / path.name, dirs_exist_ok=True)
+        if key != "verifier" and not (drafts / path.name).exists():
+            readable_copy(path, drafts / path.name)
+    drafts.chmod(0o755)
     mounts = {
-        dry_run_checkpoints["verifier"]: "/check/verifier",
+        readable_copy(dry_run_checkpoints["verifier"], tmp_path / "verifier", max_positions=131072): "/check/verifier",
         drafts: "/check/drafts",
         CHECK: "/check/check_vllm_args.py",
     }
@@ -200,7 +225,8 @@ def test_vllms_own_validation_accepts_every_rendered_server(
 def test_the_entrypoint_audits_then_hands_over_and_no_device_says_no_accelerator(
     cuda_image: str, dry_run_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
-    draft, verifier = dry_run_checkpoints["eagle3"], dry_run_checkpoints["verifier"]
+    draft = readable_copy(dry_run_checkpoints["eagle3"], tmp_path / "draft")
+    verifier = readable_copy(dry_run_checkpoints["verifier"], tmp_path / "verifier")
     local_command, local_args = pod_command(draft, verifier)
 
     def mounted(arg: str) -> str:  # back to where the pod stages them
