@@ -20,7 +20,8 @@ Publish (to S3) is left out.
 
 Exit codes: 0 pass; 2 usage; 3 CUDA asked for and not available; 4 install failure (the carried wheels do
 not install or a needed package is missing); 5 setup failure (verifier, prepare or hidden states); 6 the
-train stage failed or logged no loss; 7 the loss did not fall; 8 the audit of the trained draft failed.
+train stage failed, was stopped by --train-timeout, or logged no loss; 7 the loss did not fall; 8 the audit
+of the trained draft failed; 9 stopped by SIGTERM (a time limit around the check).
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ import os
 import random
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,6 +52,7 @@ TORCH_HELPER = REPO / "hack" / "lib" / "gpu_check_torch.py"
 SITE_HOOKS = REPO / "hack" / "lib" / "gpu_check_site"
 
 EXIT_OK, EXIT_USAGE, EXIT_NO_CUDA, EXIT_INSTALL, EXIT_SETUP, EXIT_TRAIN, EXIT_LOSS, EXIT_AUDIT = 0, 2, 3, 4, 5, 6, 7, 8
+EXIT_STOPPED = 9
 MIB = 2**20
 CARRY_LIMIT = 64 * MIB  # what travels to the GPU machine: the working tree and the carried wheels together
 # on the CPU only (speculators' defaults need CUDA: flex attention has no CPU backward, the fused loss is
@@ -154,8 +158,9 @@ def prepare_wheels(dest: Path, also: list[str]) -> int:
     from speculator_operator.domain.releases import get_release
 
     release = get_release()
-    env = default_environment() | {"python_version": DEVICE_PYTHON, "python_full_version": f"{DEVICE_PYTHON}.3",
-                                   "sys_platform": "linux", "platform_machine": "x86_64", "extra": ""}  # fmt: skip
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
+    env |= {"python_version": DEVICE_PYTHON, "python_full_version": f"{DEVICE_PYTHON}.3", "sys_platform": "linux",
+            "platform_machine": "x86_64", "extra": ""}  # fmt: skip
     on_device = {normalize(n) for n in DEVICE_PACKAGES}
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
@@ -279,16 +284,16 @@ def distributions(site: Path | None) -> dict[str, Any]:
     from importlib import metadata
 
     out: dict[str, Any] = {"versions": {}, "missing": [], "conflicts": []}
-    for dist in NEEDED:
+    for name in NEEDED:
         try:
-            out["versions"][dist] = metadata.version(dist)
+            out["versions"][name] = metadata.version(name)
         except metadata.PackageNotFoundError:
-            out["missing"].append(dist)
+            out["missing"].append(name)
     try:
         from packaging.requirements import Requirement
         from packaging.version import Version
 
-        checked = [d for d in metadata.distributions(path=[str(site)])] if site else []
+        checked = list(metadata.distributions(path=[str(site)])) if site else []
         names = {normalize(d.metadata["Name"]) for d in checked}
         if "speculators" not in names:
             with contextlib.suppress(metadata.PackageNotFoundError):
@@ -423,31 +428,58 @@ class StageRun:
     code: int
     seconds: float
     log: Path
+    stopped: bool = False  # by --train-timeout
+
+
+_RUNNING: list[subprocess.Popen[str]] = []  # the stage running now: a SIGTERM to this script stops it too
+
+
+def _stop(proc: subprocess.Popen[str], stopped: list[bool]) -> None:
+    """SIGTERM (the trainer entry hands it to the tool, which saves `interrupted/`), then SIGKILL."""
+    stopped.append(True)
+    proc.terminate()
+    try:
+        proc.wait(timeout=150)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def run_stage(name: str, argv: list[str], env: dict[str, str], logs: Path, cwd: Path,
               on_line: Any = None, timeout: float | None = None) -> StageRun:  # fmt: skip
     """One rendered container command, `speculator-operator ...` run as this Python's module entry; its
-    output goes to logs/<name>.log, each line also to on_line."""
+    output goes to logs/<name>.log, each line also to on_line; stopped after `timeout` seconds."""
     if argv[0] == "speculator-operator":
         argv = [sys.executable, "-c", LAUNCH, *argv[1:]]
     path = logs / f"{name}.log"
     t0 = time.monotonic()
+    stopped: list[bool] = []
     with path.open("w") as out:
         out.write("$ " + " ".join(argv) + "\n")
         out.flush()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.write(line)
-            if on_line is not None:
-                on_line(line)
+        _RUNNING.append(proc)
+        timer = threading.Timer(timeout, _stop, (proc, stopped)) if timeout else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
         try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = -9
-    return StageRun(code, time.monotonic() - t0, path)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                out.write(line)
+                if on_line is not None:
+                    on_line(line)
+            code = proc.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
+            _RUNNING.remove(proc)
+    return StageRun(code, time.monotonic() - t0, path, bool(stopped))
+
+
+def _on_sigterm(_signum: int, _frame: Any) -> None:
+    for proc in list(_RUNNING):
+        proc.terminate()
+    raise Failed(EXIT_STOPPED, "stopped by SIGTERM (a time limit around the check)")
 
 
 def tail(path: Path, lines: int = 40) -> str:
@@ -529,6 +561,7 @@ def check(a: argparse.Namespace) -> int:
     shutil.rmtree(workspace, ignore_errors=True)
     workspace.mkdir(parents=True)
     result: dict[str, Any] = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "command": sys.argv[1:]}
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _check(a, device, work, workspace, logs, result)
     except Failed as exc:
@@ -684,20 +717,17 @@ def _run(a: argparse.Namespace, device: str, helper: TorchHelper, env: dict[str,
     report_file = work / "reports" / "train.json"
     if report_file.is_file():
         result["train"]["stage_report"] = json.loads(report_file.read_text())
-    if ran.code != 0:
-        raise Failed(EXIT_TRAIN, f"the train stage exited {ran.code}:\n{tail(ran.log)}")
     verdict = loss_verdict(watch.points, a.min_drop)
     result["loss"] = verdict
+    if ran.stopped:
+        result["train"]["stopped_after_s"] = a.train_timeout
+        raise Failed(EXIT_TRAIN, f"the train stage was stopped after {a.train_timeout:.0f} s (--train-timeout) at "
+                                 f"step {steps}: {_figures(result, verdict)}")  # fmt: skip
+    if ran.code != 0:
+        raise Failed(EXIT_TRAIN, f"the train stage exited {ran.code}:\n{tail(ran.log)}")
     if "start" not in verdict:
         raise Failed(EXIT_TRAIN, f"the train stage logged no usable loss: {verdict['reason']}")
-    mem = (f"peak CUDA memory {peak['cuda_max_allocated_mib']:.0f} MiB allocated, "
-           f"{peak.get('cuda_max_reserved_mib', 0):.0f} MiB reserved" if "cuda_max_allocated_mib" in peak
-           else f"peak RSS {peak.get('max_rss_mib', 0):.0f} MiB")  # fmt: skip
-    log(
-        f"train: {steps} steps in {ran.seconds:.1f} s (the stage, start-up included); "
-        f"{result['train']['steps_per_s_wall']} steps/s (wall, median step); {result['train']['steps_per_s_profile']} "
-        f"steps/s (speculators' profile, median {result['train']['median_step_ms']} ms); {mem}; {verdict['reason']}"
-    )
+    log(f"train: {_figures(result, verdict)}")
 
     # audit: the rendered stage through the trainer entry
     ran = run_stage("audit", local(argv["audit"]), stage_env("audit"), logs, work)
@@ -713,6 +743,19 @@ def _run(a: argparse.Namespace, device: str, helper: TorchHelper, env: dict[str,
     result |= {"ok": True, "exit": EXIT_OK}
     log("PASS")
     return EXIT_OK
+
+
+def _figures(result: dict[str, Any], verdict: dict[str, Any]) -> str:
+    train = result["train"]
+    peak = train["peak_memory_mib"]
+    if "cuda_max_allocated_mib" in peak:
+        mem = (f"peak CUDA memory {peak['cuda_max_allocated_mib']:.0f} MiB allocated, "
+               f"{peak.get('cuda_max_reserved_mib', 0):.0f} MiB reserved")  # fmt: skip
+    else:
+        mem = f"peak RSS {peak.get('max_rss_mib', 0):.0f} MiB"
+    return (f"{train['steps']} steps in {train['seconds']:.1f} s (the stage, start-up included); "
+            f"{train['steps_per_s_wall']} steps/s (wall, median step); {train['steps_per_s_profile']} steps/s "
+            f"(speculators' profile, median {train['median_step_ms']} ms); {mem}; {verdict['reason']}")  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
@@ -735,7 +778,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--work", help="work folder (default: a new temporary one, removed after)")
     p.add_argument("--out", help="where the logs and result.json go (default: WORK/out)")
     p.add_argument("--keep", action="store_true", help="keep the workspace (verifier, data, checkpoints)")
-    p.add_argument("--train-timeout", type=float, default=1800, help="seconds before the train stage is stopped")
+    p.add_argument(
+        "--train-timeout",
+        type=float,
+        default=1800,
+        help="seconds before the train stage is stopped (exit 6, with the figures so far)",
+    )
     a = p.parse_args(argv)
     if a.prepare:
         return prepare_wheels(Path(a.wheels or REPO / ".whl"), a.also)
