@@ -622,7 +622,7 @@ def _run(a: argparse.Namespace, device: str, helper: TorchHelper, env: dict[str,
     result["device"] = f"{info['device']} ({info['device_memory_gib']} GiB)" if device == "cuda" else "cpu"
     log(f"device: {result['device']}, torch {info['torch']} (CUDA build {info['cuda_build']})")
 
-    base = SIZES[device]
+    base = SIZES[a.size or device]
     size = Size(**{**base.__dict__, **{k: v for k, v in {
         "rows": a.rows, "steps": a.steps, "lr": a.lr}.items() if v is not None}})  # fmt: skip
     per_step = max(1, size.seq_length // size.row_length)
@@ -771,6 +771,9 @@ def main(argv: list[str]) -> int:
         help="--prepare: carry this package too (one the GPU machine has at a version that does not fit)",
     )
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument(
+        "--size", choices=sorted(SIZES), help="the verifier and data of this device (default: the device's own)"
+    )
     p.add_argument("--steps", type=int, help="about this many training steps (default: cuda 300, cpu 8)")
     p.add_argument("--rows", type=int, help="synthetic rows (default: cuda 400, cpu 40)")
     p.add_argument("--lr", type=float, help="learning rate (default: cuda speculators' own, cpu 1e-2)")
