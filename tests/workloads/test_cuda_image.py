@@ -29,7 +29,7 @@ from speculator_operator.api.podcontract import ServerExit, ServerExitReason
 from speculator_operator.domain.releases import get_release
 from speculator_operator.render.serving import DRAFT_DIR, VERIFIER_DIR
 
-from ..lanes import REPO
+from ..lanes import REPO, run_in
 from .test_rendered_serving import pod_command
 
 pytestmark = [pytest.mark.workloads, pytest.mark.images]
@@ -114,18 +114,33 @@ def test_the_installed_versions_are_the_release_tables_and_torch_is_a_cuda_build
     assert seen["imports"]["vllm.entrypoints.openai.api_server"] == "ok", seen["imports"]
 
 
-def readable_copy(source: Path, target: Path, max_positions: int | None = None) -> Path:
-    """A copy the image's non-root user can read (the dry-run writes its files for its owner only); with
-    `max_positions` the config says that many positions (the rendered GPU examples ask for long contexts; nothing
-    here loads the weights, so only the config must agree)."""
+def _override(config: Any, overrides: dict[str, Any]) -> None:
+    """Set each override wherever the config (or a config nested in it) has that key."""
+    if isinstance(config, dict):
+        for key, value in overrides.items():
+            if key in config:
+                config[key] = value
+        for nested in config.values():
+            _override(nested, overrides)
+
+
+def readable_copy(source: Path, target: Path, overrides: dict[str, Any] | None = None) -> Path:
+    """A copy the image's non-root user can read (the dry-run writes its files for its owner only). `overrides` set
+    config keys wherever they appear: the rendered GPU examples ask for long contexts and 8-way tensor parallelism,
+    which the tiny models' configs refuse (512 positions, 2 attention heads); nothing here loads the weights, so
+    only the configs must agree with the arguments, as a real 8B or 405B model's do."""
     shutil.copytree(source, target)
-    if max_positions is not None:
+    if overrides:
         config = json.loads((target / "config.json").read_text())
-        config["max_position_embeddings"] = max_positions
+        _override(config, overrides)
         (target / "config.json").write_text(json.dumps(config))
     for path in [target, *target.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return target
+
+
+# a config shaped like the served models' where the arguments need it (above)
+GPU_SHAPED = {"max_position_embeddings": 131072, "num_attention_heads": 64, "num_key_value_heads": 8}
 
 
 # what the kubelet puts in place of a LeaderWorkerSet group's variables (the LWS pod webhook injects them)
@@ -167,9 +182,16 @@ def rendered_servers() -> list[tuple[str, list[str]]]:
 
 
 def test_vllms_own_validation_accepts_every_rendered_server(
-    cuda_image: str, dry_run_checkpoints: dict[str, Path], tmp_path: Path
+    cuda_image: str, workloads_env: Path, dry_run_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
     servers = rendered_servers()
+    # a stitched MTP model is served as the target with {"method": "mtp"}: vLLM needs MTP layers in it, so those
+    # servers get a Qwen3-Next with its native MTP layer (a stitched model's layout; tests/workloads/thirdparty.py)
+    mtp_model = tmp_path / "qwen3-next"
+    run_in(workloads_env, "python", str(REPO / "tests" / "workloads" / "thirdparty.py"), "qwen3-next-mtp",
+           str(mtp_model), "--verifier", str(dry_run_checkpoints["verifier"]))  # fmt: skip
+    readable_copy(mtp_model, tmp_path / "qwen3-next-readable")
+    mtp_model = tmp_path / "qwen3-next-readable"
     assert len(servers) >= 10, [n for n, _ in servers]
     cases = []
     for name, args in servers:
@@ -182,16 +204,18 @@ def test_vllms_own_validation_accepts_every_rendered_server(
                 draft = dry_run_checkpoints.get(method) or dry_run_checkpoints["eagle3"]
                 spec["model"] = f"/check/drafts/{draft.name}"
             args[spec_at + 1] = json.dumps(spec)
-        args[1] = "/check/verifier"  # every server's model: the staged verifier (a stitched one included)
+        stitched = spec_at is not None and json.loads(args[spec_at + 1]).get("method") == "mtp"
+        args[1] = "/check/mtp-verifier" if stitched else "/check/verifier"  # the served model where it is staged
         cases.append({"name": name, "args": args})
     drafts = tmp_path / "drafts"
     drafts.mkdir()
     for key, path in dry_run_checkpoints.items():
         if key != "verifier" and not (drafts / path.name).exists():
-            readable_copy(path, drafts / path.name)
+            readable_copy(path, drafts / path.name, GPU_SHAPED)
     drafts.chmod(0o755)
     mounts = {
-        readable_copy(dry_run_checkpoints["verifier"], tmp_path / "verifier", max_positions=131072): "/check/verifier",
+        readable_copy(dry_run_checkpoints["verifier"], tmp_path / "verifier", GPU_SHAPED): "/check/verifier",
+        mtp_model: "/check/mtp-verifier",
         drafts: "/check/drafts",
         CHECK: "/check/check_vllm_args.py",
     }
