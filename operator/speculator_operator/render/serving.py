@@ -400,9 +400,6 @@ def render(inputs: Inputs) -> Rendered:
         },  # loading big models takes a while: up to 30 min
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 6},
-        # a failed vLLM leaves its exit record (pods/supervise.py) as the termination message; anything that ends the
-        # container without one leaves the log's tail there instead
-        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": CONTAINER_SECURITY,
     }
     tolerations = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}, *(spec.serving.tolerations or [])]
