@@ -24,9 +24,10 @@ from speculator_operator.domain.checkpoint import (
     read_verifier,
 )
 from speculator_operator.domain.economics import break_even_alpha, draft_forwards
-from speculator_operator.domain.priors import pair_size, prior
+from speculator_operator.domain.priors import pair_load, pair_size, prior
 from speculator_operator.domain.releases import ReleaseError, get_release, release_for
 from speculator_operator.domain.sweep import device_class
+from speculator_operator.planning.deployment import load_status
 from speculator_operator.render.serving import RenderError
 
 
@@ -545,7 +546,9 @@ def _economics(
     if size is None:
         return None
     k = ck.speculative_tokens
-    p = prior(size, device_class(device) if device else None, ck.algorithm, k, tensor_parallel)
+    cls = device_class(device) if device else None
+    p = prior(size, cls, ck.algorithm, k, tensor_parallel)
+    load = pair_load(size, cls, tensor_parallel)
     n = draft_forwards(ck.algorithm, k)
     alpha = break_even_alpha(k, p.cost_ratio, n)
     return {
@@ -555,6 +558,9 @@ def _economics(
         "parameter_ratio": round(size.parameter_ratio, 6),
         "draft_forwards_per_step": n,
         "break_even_acceptance": None if alpha is None else round(alpha, 4),
+        # what prices a schedule under load: the prior row's load model (status.economics.loadModel), or None where
+        # the saturation model does (a CPU: serving.tuning.saturationTokens)
+        "load_model": None if load is None else load_status(load).model_dump(mode="json"),
     }
 
 
@@ -609,6 +615,16 @@ def _print_text(report: AuditReport) -> None:
             f"{econ['parameter_ratio']}), break-even acceptance {econ['break_even_acceptance']} at "
             f"K={s['speculative_tokens']}"
         )
+        load = econ.get("load_model")
+        if load:
+            print(
+                f"under load  {econ['prior']} load model: verifier step {load['verifier_fixed_ms']:.3g} ms "
+                f"+ {load['verifier_token_ms']:.3g} ms a token + {load['verifier_request_ms']:.3g} ms a request; "
+                f"draft forward {load['draft_fixed_ms']:.3g} ms + {load['draft_token_ms']:.3g} ms a token + "
+                f"{load['draft_request_ms']:.3g} ms a request"
+            )
+        else:
+            print("under load  saturation model (serving.tuning.saturationTokens)")
     for f in report.findings:
         print(f"{f.severity.upper():8} {f.rule:22} {f.message}")
     errors = len(report.errors)

@@ -47,19 +47,29 @@ def test_good_checkpoint_json(tmp_path: Path, verifier_file: Path) -> None:
     assert (econ["cost_source"], econ["prior"]) == ("prior", "default")
     assert 0 < econ["parameter_ratio"] < 0.08 < 0.1 < econ["cost_ratio"] < 0.2
     assert 0 < econ["break_even_acceptance"] < 0.3
+    # and the same row's load model prices a schedule under load: a verifier step that grows with its requests
+    load = econ["load_model"]
+    assert load["verifier_fixed_ms"] > 0
+    assert load["verifier_token_ms"] > 0
+    assert load["verifier_request_ms"] > 0
 
 
 def test_the_audit_prices_the_draft_with_the_device_class_prior(tmp_path: Path, verifier_file: Path) -> None:
     config, tensors = eagle3()
     write_checkpoint(tmp_path / "ck", config, tensors)
-    figures = {}
+    figures, loads = {}, {}
     for device in ("NVIDIA-A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "cpu"):
         out = cli("audit", str(tmp_path / "ck"), "--verifier-config", str(verifier_file), "--device-class", device)
         assert out.returncode == 0, out.stderr
         line = next(x for x in out.stdout.splitlines() if x.startswith("economics"))
         figures[device] = line
+        loads[device] = next(x for x in out.stdout.splitlines() if x.startswith("under load"))
     assert "(prior a100;" in figures["NVIDIA-A100-SXM4-80GB"]
     assert "(prior h100;" in figures["NVIDIA H100 80GB HBM3"]
+    # a GPU's schedule is priced by its row's load model, a CPU's by the saturation model
+    assert loads["NVIDIA H100 80GB HBM3"].startswith("under load  h100 load model:")
+    assert loads["NVIDIA-A100-SXM4-80GB"].startswith("under load  a100 load model:")
+    assert "saturation model" in loads["cpu"]
     # on a CPU the prior is the parameter ratio itself
     cpu = figures["cpu"]
     assert "(prior cpu;" in cpu

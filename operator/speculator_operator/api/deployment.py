@@ -149,8 +149,9 @@ class Tuning(Model):
         default=256,
         ge=1,
         le=1_000_000,
-        description="Tokens per verifier step beyond which the verifier stops being memory-bound: where the tuned "
-        "per-batch-size schedule lowers K (measure it for the GPU and model; the default is a modest GPU's).",
+        description="On a CPU (status.economics.prior cpu): tokens per verifier step beyond which the verifier's "
+        "step grows linearly, where the tuned per-batch-size schedule lowers K. A GPU's schedule is priced by its "
+        "device class load model (status.economics.loadModel) and does not use it.",
     )
 
 
@@ -401,6 +402,20 @@ class SweepRef(Model):
     digest: str | None = Field(default=None, description="sha256 of the curve (the published provenance record's).")
 
 
+class LoadEconomics(Model):
+    """A device class load model (docs/concepts/economics.md): how a verifier step and a draft forward grow with the
+    requests in flight, in milliseconds."""
+
+    verifier_fixed_ms: float = Field(description="A verifier step's fixed time: launches and its weight reads.")
+    verifier_token_ms: float = Field(description="What each token in the step adds: its arithmetic.")
+    verifier_request_ms: float = Field(
+        description="What each request in flight adds: reading its KV cache over the context it is assumed to hold."
+    )
+    draft_fixed_ms: float = Field(description="A draft forward's fixed time: launches and its weight reads.")
+    draft_token_ms: float = Field(description="What each token in the draft forward adds.")
+    draft_request_ms: float = Field(description="What each request in flight adds to a draft forward (its KV reads).")
+
+
 class PairEconomics(Model):
     cost_ratio: float | None = Field(
         default=None,
@@ -437,6 +452,12 @@ class PairEconomics(Model):
         "held against.",
     )
     note: str | None = Field(default=None, description="Why a measured sweep is not used, where the draft has one.")
+    load_model: LoadEconomics | None = Field(
+        default=None,
+        description="The device class load model (the row prior names) that prices Auto tuning's per-batch-size "
+        "schedule: how the steps grow with the requests in flight, the draft's batch-1 cost staying the one source "
+        "names. Absent where the saturation model prices it (prior cpu: serving.tuning.saturationTokens).",
+    )
 
 
 class TuningPending(Model):

@@ -118,6 +118,8 @@ class PairSize:
     draft: int  # the draft's own tensors (frozen embeddings and vocabulary maps excluded)
     shared_head: int  # the verifier's lm_head, read by a draft that has none of its own (0 otherwise)
     verifier: int  # the verifier's parameters touched per token (attention, MLP or routed experts, lm_head)
+    kv_bytes: int | None = None  # the KV bytes one token of context holds in the verifier (None: its config says not)
+    draft_kv_bytes: int = 0  # and in the draft
 
     @property
     def draft_total(self) -> int:
@@ -143,7 +145,13 @@ def pair_size(draft_shapes: Mapping[str, tuple[int, ...]], verifier_config: Mapp
         hidden, vocab = cfg.get("hidden_size"), cfg.get("vocab_size")
         if isinstance(hidden, int) and isinstance(vocab, int):
             shared = hidden * vocab
-    return PairSize(draft=draft_active_parameters(draft_shapes), shared_head=shared, verifier=verifier)
+    return PairSize(
+        draft=draft_active_parameters(draft_shapes),
+        shared_head=shared,
+        verifier=verifier,
+        kv_bytes=kv_bytes_per_token(verifier_config),
+        draft_kv_bytes=draft_kv_bytes_per_token(draft_shapes),
+    )
 
 
 @dataclass(frozen=True)
@@ -213,6 +221,11 @@ def load_model(
         draft_token_ms=token_ms(size.draft_total),
         draft_request_ms=kv_ms(draft_kv_bytes),
     )
+
+
+def pair_load(size: PairSize, device: str | None, tensor_parallel: int = 1) -> LoadModel | None:
+    """The pair's load model on `device` from the KV bytes its sizes carry (None on a CPU: the saturation model)."""
+    return load_model(size, device, size.kv_bytes, size.draft_kv_bytes, tensor_parallel)
 
 
 def forward_ms(parameters: float, device: Device, tensor_parallel: int = 1, positions: int = 1) -> float:

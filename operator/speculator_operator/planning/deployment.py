@@ -22,12 +22,13 @@ Condition reasons:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from speculator_operator.api.common import evolve, make_condition, now, stored
 from speculator_operator.api.deployment import (
     AuditSummary,
+    LoadEconomics,
     PairEconomics,
     RenderNote,
     ServedImage,
@@ -37,7 +38,8 @@ from speculator_operator.api.deployment import (
 from speculator_operator.api.labels import REVISION_LABEL
 from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.checkpoint import AuditReport, Checkpoint, Manifest
-from speculator_operator.domain.priors import PairSize, prior
+from speculator_operator.domain.economics import LoadModel
+from speculator_operator.domain.priors import PairSize, pair_load, prior
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import canary as canaries
 from speculator_operator.planning.adoption import kept_revision
@@ -173,19 +175,28 @@ def served_image(revision: str, pods: list[dict[str, Any]]) -> ServedImage | Non
 
 def pair_economics(spec: SpeculatorDeploymentSpec, ck: Checkpoint, pair: PairSize | None) -> PairEconomics:
     """status.economics before any measurement: the draft priced by its device class prior (domain/priors.py), keyed
-    by the device class the spec says or implies (`default` where it says none)."""
+    by the device class the spec says or implies (`default` where it says none), and the same row's load model that
+    prices a tuned schedule under load (none on a CPU: the saturation model)."""
     max_k = ck.mtp_layers if ck.stitched_mtp else ck.speculative_tokens
     if pair is None:
         return PairEconomics(max_k=max_k)
     algorithm = Algorithm.MTP.value if ck.stitched_mtp else (ck.algorithm or Algorithm.EAGLE3.value)
-    p = prior(pair, deployment_device(spec), algorithm, max_k or 1, spec.serving.tensor_parallel_size)
+    device, tp = deployment_device(spec), spec.serving.tensor_parallel_size
+    p = prior(pair, device, algorithm, max_k or 1, tp)
+    load = pair_load(pair, device, tp)
     return PairEconomics(
         cost_ratio=round(p.cost_ratio, 6),
         prior=p.key,
         parameter_ratio=round(pair.parameter_ratio, 6),
         max_k=max_k,
         source="prior",
+        load_model=None if load is None else load_status(load),
     )
+
+
+def load_status(load: LoadModel) -> LoadEconomics:
+    """status.economics.loadModel: the coefficients, to six significant digits (a stable status)."""
+    return LoadEconomics.model_validate({k: float(f"{v:.6g}") for k, v in asdict(load).items()})
 
 
 def _what(ck: Checkpoint) -> str:

@@ -29,7 +29,7 @@ from speculator_operator.api.deployment import (
     SpeculatorDeploymentStatus,
     TuningStatus,
 )
-from speculator_operator.domain.economics import cutoff_schedule, draft_forwards, speedup
+from speculator_operator.domain.economics import LoadModel, cutoff_schedule, draft_forwards, speedup
 from speculator_operator.render.serving import Tuned
 from speculator_operator.telemetry.acceptance import Economics
 
@@ -76,15 +76,22 @@ def applied(spec: SpeculatorDeploymentSpec, state: TuningStatus | None, checkpoi
 
 
 def tuned_schedule(
-    spec: SpeculatorDeploymentSpec, k: int, alpha: float, cost_ratio: float, algorithm: str
+    spec: SpeculatorDeploymentSpec,
+    k: int,
+    alpha: float,
+    cost_ratio: float,
+    algorithm: str,
+    load: LoadModel | None = None,
 ) -> list[list[int]] | None:
     """The per-batch-size schedule for a tuned K: the best K ≤ `k` at every batch size up to maxNumSeqs
-    (economics.cutoff_schedule); None where one K serves every batch size, or where the spec sets its own
-    cutoff (the user's cut-off stands, rendered with the tuned K)."""
+    (economics.cutoff_schedule), the steps' growth priced by the device class `load` model (status.economics.
+    loadModel), else (a CPU) by `saturationTokens`; `cost_ratio` is the draft's batch-1 cost the precedence chose
+    (sweep, live or prior). None where one K serves every batch size, or where the spec sets its own cutoff (the
+    user's cut-off stands, rendered with the tuned K)."""
     if k < 1 or spec.serving.cutoff is not None:
         return None
     schedule = cutoff_schedule(
-        alpha, cost_ratio, k, spec.serving.max_num_seqs, spec.serving.tuning.saturation_tokens, algorithm
+        alpha, cost_ratio, k, spec.serving.max_num_seqs, spec.serving.tuning.saturation_tokens, algorithm, load
     )
     if len(schedule.ranges) == 1:
         return None
@@ -233,7 +240,7 @@ def _judge(
         appliedAt=iso(now),
         evidence=f"{evidence}, held {now - since:.0f} s",
         rollouts=int(new.get("rollouts") or 0) + 1,
-        schedule=tuned_schedule(spec, best, float(alpha), econ.cost_ratio, econ.algorithm),
+        schedule=tuned_schedule(spec, best, float(alpha), econ.cost_ratio, econ.algorithm, econ.load),
     )
     if best == 0:
         new.update(probeAt=iso(now + t.probe_interval_seconds), probeK=econ.k)

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from speculator_operator.api.common import Condition, conditions_of, evolve, make_condition, stored
 from speculator_operator.api.deployment import Acceptance, PairEconomics, SpeculatorDeploymentStatus, TuningStatus
 from speculator_operator.domain.economics import (
+    LoadModel,
     alpha_from_mean_length,
     best_k,
     break_even_alpha,
@@ -290,11 +291,13 @@ class Economics:
     max_k: int
     source: str = "parameters"  # where cost_ratio comes from: prior, parameters, sweep or live (status.economics)
     plain_steps: tuple[tuple[float, float], ...] = ()  # the sweep's plain step time (batch, ms) on this device class
+    load: LoadModel | None = None  # the device class load model (None: the saturation model, as on a CPU)
 
 
 def economics_of(status: SpeculatorDeploymentStatus) -> Economics | None:
     """What the served pair costs, from its status: the measured cost where there is one (a sweep on this device
-    class, or the live cost since: planning/measured.py), else the parameters'. None while nothing is served."""
+    class, or the live cost since: planning/measured.py), else the prior's (or the parameters'), and the device class
+    load model that prices a schedule under load. None while nothing is served."""
     k, algorithm = status.num_speculative_tokens, status.algorithm
     if k is None or k < 0 or not algorithm:  # 0: speculation switched off
         return None
@@ -306,7 +309,10 @@ def economics_of(status: SpeculatorDeploymentStatus) -> Economics | None:
     # unmeasured: the device class prior, or the parameter ratio an operator before the prior wrote
     unmeasured = "prior" if econ.source == "prior" else "parameters"
     source = econ.source if measured and econ.source else unmeasured
-    return Economics(k=k, algorithm=algorithm, cost_ratio=cost, max_k=max_k, source=source, plain_steps=steps)
+    load = None if econ.load_model is None else LoadModel(**econ.load_model.model_dump())
+    return Economics(
+        k=k, algorithm=algorithm, cost_ratio=cost, max_k=max_k, source=source, plain_steps=steps, load=load
+    )
 
 
 def priced(econ: Economics, acc: Acceptance | None) -> Economics:
