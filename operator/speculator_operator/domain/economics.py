@@ -10,9 +10,11 @@ Model (the standard one for greedy chain speculation with per-token acceptance p
 
 At larger batch sizes the target forward stops being memory-bound: verifying K extra tokens per
 request then costs real compute. `cutoff_schedule` models that with a device class `LoadModel` (a step
-that grows with its tokens' arithmetic and its requests' KV reads from the first request on) or, without
-one, a saturation point (tokens per step beyond which the target's step time grows linearly), and turns
-the best K per batch size into vLLM's `num_speculative_tokens_per_batch_size` triples.
+that grows with its tokens' arithmetic and its requests' KV reads from the first request on, and carries the
+prefill of the prompts that replace finished requests: a `Workload`, E(α, K) times as much for a speculating
+server as for plain decoding) or, without one, a saturation point (tokens per step beyond which the target's
+step time grows linearly), and turns the best K per batch size into vLLM's
+`num_speculative_tokens_per_batch_size` triples.
 """
 
 from __future__ import annotations
@@ -223,22 +225,71 @@ class LoadModel:
         return self.draft_fixed_ms + batch_size * (positions * self.draft_token_ms + self.draft_request_ms)
 
 
+@dataclass(frozen=True)
+class Workload:
+    """The requests a server runs, on average: prompt and answer tokens. Under a closed loop (a fixed number of
+    requests in flight, each replaced when it finishes) a request that generates g tokens a step finishes g/output
+    times a step, and its successor's prompt is prefilled in the same steps (vLLM's chunked prefill): B·g·prompt/output
+    prompt tokens a step, g = 1 for plain decoding and E(α, K) for a speculating server, which therefore prefills E
+    times as much per step as plain decoding does."""
+
+    prompt_tokens: float
+    output_tokens: float
+
+    @property
+    def prompt_per_output(self) -> float:
+        """Prompt tokens prefilled per token generated."""
+        return self.prompt_tokens / self.output_tokens if self.output_tokens > 0 else 0.0
+
+
+# The workload when nothing says otherwise: ShareGPT's mean input and output lengths (161.31 and 337.99 tokens), the
+# chat dataset vLLM's serving benchmarks replay (Kwon et al., "Efficient Memory Management for Large Language Model
+# Serving with PagedAttention", SOSP 2023, arXiv 2309.06180, section 6.1 and figure 11). A deployment's own figures
+# (vllm:prompt_tokens_total against vllm:generation_tokens_total over a window) would replace it: cutoff_schedule's
+# `workload`; the status records none of them today.
+SHAREGPT = Workload(161.31, 337.99)
+DEFAULT_WORKLOAD = SHAREGPT
+
+
+def _prefill_tokens(batch_size: int, generated: float, workload: Workload | None) -> float:
+    """Prompt tokens a step prefills at `batch_size` requests in flight, each generating `generated` tokens a step."""
+    return 0.0 if workload is None else batch_size * generated * workload.prompt_per_output
+
+
 def speculative_step(
-    load: LoadModel, batch_size: int, k: int, cost_ratio: float, algorithm: str = Algorithm.EAGLE3.value
+    load: LoadModel,
+    batch_size: int,
+    k: int,
+    cost_ratio: float,
+    algorithm: str = Algorithm.EAGLE3.value,
+    *,
+    generated: float,
+    workload: Workload | None = DEFAULT_WORKLOAD,
 ) -> float:
     """A speculative step's time at `batch_size`, in plain batch-1 steps: the verifier over K + 1 tokens a request
-    plus the draft forwards. `cost_ratio` (the sweep's, the live one or the prior's) prices the draft at batch 1;
-    the load model only says how that grows with the batch, so a measured c keeps its precedence."""
-    base = load.verifier(1, 1)
+    plus the draft forwards, and the prompts of the requests that replace finished ones (`generated`: E(α, K), the
+    tokens a request gains a step; the verifier and the draft both run over a prompt, at their per-token arithmetic).
+    `cost_ratio` (the sweep's, the live one or the prior's) prices the draft at batch 1; the load model only says how
+    that grows with the batch, so a measured c keeps its precedence. `workload` None leaves the prefill out."""
+    base = _plain_ms(load, 1, workload)
     n = draft_forwards(algorithm, k)
     positions = k + 1 if drafts_in_parallel(algorithm) else 1  # a parallel drafter's block: the anchor and K masks
-    growth = load.draft(batch_size, positions) / load.draft(1, positions) if n else 0.0
-    return (load.verifier(batch_size, 1 + k) + n * cost_ratio * base * growth) / base
+    prefill = _prefill_tokens(batch_size, generated, workload)
+    verifier = load.verifier(batch_size, 1 + k) + prefill * load.verifier_token_ms
+    # the draft's K forwards (or one), and once a step its pass over the prompt tokens (it keeps its own KV cache)
+    grown = n * load.draft(batch_size, positions) + prefill * load.draft_token_ms
+    draft = cost_ratio * load.verifier(1, 1) * grown / load.draft(1, positions) if n else 0.0
+    return (verifier + draft) / base
 
 
-def plain_step(load: LoadModel, batch_size: int) -> float:
-    """A plain step's time at `batch_size`, in plain batch-1 steps."""
-    return load.verifier(batch_size, 1) / load.verifier(1, 1)
+def _plain_ms(load: LoadModel, batch_size: int, workload: Workload | None) -> float:
+    return load.verifier(batch_size, 1) + _prefill_tokens(batch_size, 1.0, workload) * load.verifier_token_ms
+
+
+def plain_step(load: LoadModel, batch_size: int, workload: Workload | None = DEFAULT_WORKLOAD) -> float:
+    """A plain step's time at `batch_size`, in plain batch-1 steps (its prefill included: one token a request a step
+    brings prompt/output prompt tokens)."""
+    return _plain_ms(load, batch_size, workload) / _plain_ms(load, 1, workload)
 
 
 def step_cost(batch_size: int, tokens_per_request: int, saturation_tokens: int) -> float:
@@ -254,23 +305,26 @@ def cutoff_schedule(
     saturation_tokens: int = 256,
     algorithm: str = Algorithm.EAGLE3.value,
     load: LoadModel | None = None,
+    workload: Workload | None = DEFAULT_WORKLOAD,
 ) -> Schedule:
     """The best K for every batch size 1..max_num_seqs, compressed into ranges.
 
     Throughput at batch b with K: b·E(α, K) / spec(b, K) against b / plain(b) without speculation; K = 0 wherever
     nothing beats plain decoding. With a device class `load` model, spec and plain are speculative_step and
-    plain_step (steps that grow from the first request on); without one (a CPU, or no pair sizes), the verifier's
-    step is flat up to `saturation_tokens` and linear beyond: spec = step_cost(b, 1+K) + n·c·step_cost(b, 1).
-    """
+    plain_step (steps that grow from the first request on, the prompts that replace finished requests prefilled in
+    them: `workload`'s prompt/output tokens, ShareGPT's unless the caller knows the deployment's); without one (a CPU,
+    or no pair sizes), the verifier's step is flat up to `saturation_tokens` and linear beyond: spec =
+    step_cost(b, 1+K) + n·c·step_cost(b, 1)."""
     if k_max < 1 or max_num_seqs < 1 or saturation_tokens < 1:
         raise ValueError("k_max, max_num_seqs and saturation_tokens must be >= 1")
     ranges: list[list[int]] = []
     for b in range(1, max_num_seqs + 1):
-        plain = 1.0 / (plain_step(load, b) if load else step_cost(b, 1, saturation_tokens))
+        plain = 1.0 / (plain_step(load, b, workload) if load else step_cost(b, 1, saturation_tokens))
         best_k_here, best_rate = 0, plain
         for k in range(1, k_max + 1):
             if load is not None:
-                cost = speculative_step(load, b, k, cost_ratio, algorithm)
+                generated = expected_tokens(alpha, k)
+                cost = speculative_step(load, b, k, cost_ratio, algorithm, generated=generated, workload=workload)
             else:
                 n = draft_forwards(algorithm, k)
                 cost = step_cost(b, 1 + k, saturation_tokens) + n * cost_ratio * step_cost(b, 1, saturation_tokens)
