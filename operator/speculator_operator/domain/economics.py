@@ -241,6 +241,11 @@ class Workload:
         """Prompt tokens prefilled per token generated."""
         return self.prompt_tokens / self.output_tokens if self.output_tokens > 0 else 0.0
 
+    @property
+    def mean_context(self) -> float:
+        """The context a request in flight holds on average over its decode: its prompt and half its answer."""
+        return self.prompt_tokens + self.output_tokens / 2
+
 
 # The workload when nothing says otherwise: ShareGPT's mean input and output lengths (161.31 and 337.99 tokens), the
 # chat dataset vLLM's serving benchmarks replay (Kwon et al., "Efficient Memory Management for Large Language Model

@@ -28,7 +28,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from speculator_operator.domain.algorithms import drafts_in_parallel
-from speculator_operator.domain.economics import LoadModel, draft_active_parameters, verifier_active_parameters
+from speculator_operator.domain.economics import (
+    DEFAULT_WORKLOAD,
+    LoadModel,
+    draft_active_parameters,
+    verifier_active_parameters,
+)
 
 BYTES_PER_PARAMETER = 2  # BF16 weights
 BANDWIDTH_EFFICIENCY = 0.85  # the share of the datasheet bandwidth a decode step's weight reads reach
@@ -36,9 +41,10 @@ BANDWIDTH_EFFICIENCY = 0.85  # the share of the datasheet bandwidth a decode ste
 # norms and sampling per token): 0.56, from NVIDIA's published NIM sweep of Llama-3.3-70B-Instruct on 2 x H100 FP8
 # (tests/unit/test_economics_prior.py re-derives it; docs/concepts/economics.md)
 COMPUTE_EFFICIENCY = 0.56
-# the context a request in flight holds when nothing says otherwise: a chat-sized request half way through (prompts
-# and answers of a few hundred tokens each); its KV cache is read once per step
-DEFAULT_CONTEXT_TOKENS = 512
+# the context a request in flight holds when nothing says otherwise: the default workload's (economics.py, ShareGPT's
+# mean lengths) prompt and half its answer, ~330 tokens, so that the KV reads and the prefill assume the same requests;
+# its KV cache is read once per step
+DEFAULT_CONTEXT_TOKENS = round(DEFAULT_WORKLOAD.mean_context)
 KV_BYTES_PER_ELEMENT = 2  # BF16 KV cache
 DEFAULT = "default"  # the prior used for a GPU this table does not know (or a deployment that does not say)
 CPU = "cpu"
