@@ -124,9 +124,14 @@ def test_objects_the_operator_at_fe501e0_wrote_are_taken_over_without_a_rollout(
     assert child1["spec"]["template"] == child0["spec"]["template"]
     assert child1["metadata"]["generation"] == child0["metadata"]["generation"]
     assert after["status"]["observedGeneration"] == after["metadata"]["generation"]
-    kept = {k: v for k, v in before["status"].items() if k not in ("conditions", "observedGeneration")}
-    # nothing the old operator recorded is lost or changed (this one may say more: status.economics's source)
+    # status.economics is priced anew, not recorded: this operator prices a draft with no measurement by its device
+    # class prior, where the old one took the parameter ratio (docs/concepts/economics.md), and says so in its source
+    repriced = ("conditions", "observedGeneration", "economics")
+    kept = {k: v for k, v in before["status"].items() if k not in repriced}
+    # nothing else the old operator recorded is lost or changed (this one may say more)
     assert _within(kept, {k: after["status"].get(k) for k in kept}), (kept, after["status"])
+    assert before["status"]["economics"].get("source", "parameters") == "parameters"  # fe501e0 named none
+    assert after["status"]["economics"]["source"] == "prior"
     # the train job: the stages the old operator started were not started again, every stage ran once
     midway = get(cluster, namespace, "stj/midway")["status"]
     assert [(s["name"], s["phase"]) for s in midway["stages"]] == [(s, "Succeeded") for s in OFFLINE_STAGES]
