@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, NoReturn
 
@@ -73,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("--draft-tokens", type=int, help="skip reading the checkpoint: its speculative_tokens")
     rd.add_argument("--verifier-revision", help="the resolved verifier commit (default: spec.verifier.revision)")
     rd.add_argument("--namespace", default=None, help="namespace when the manifest has none (default: default)")
+    rd.add_argument(
+        "--image-pull-secret",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a Secret every pod pulls its images with, as the chart's imagePullSecrets (repeatable; default: "
+        "SPECULATOR_IMAGE_PULL_SECRETS, as the operator reads it)",
+    )
 
     st = sub.add_parser(
         "stage",
@@ -287,7 +296,16 @@ def _render(args: argparse.Namespace) -> int:
             raise UsageError("speculator.fromTrainJob: pass --draft-algorithm and --draft-tokens to render offline")
         name = meta.get("name") or "unnamed"
         namespace = meta.get("namespace") or args.namespace or "default"
-        inputs = Inputs(name, namespace, spec, release, draft, args.verifier_revision, draft_source=source)
+        inputs = Inputs(
+            name,
+            namespace,
+            spec,
+            release,
+            draft,
+            args.verifier_revision,
+            draft_source=source,
+            pull_secrets=_pull_secrets(args),
+        )
         rendered = render(inputs)
         out.extend(rendered.children)
         for reason, message in rendered.notes:
@@ -324,7 +342,21 @@ def _render_trainjob(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict
         layers, revision, content = verifier_layers(ref.config), revision or ref.revision, ref.content
     name = meta.get("name") or "unnamed"
     namespace = meta.get("namespace") or args.namespace or "default"
-    return render_all(Inputs(name, namespace, spec, release, revision, layers, verifier_content=content))
+    inputs = Inputs(
+        name, namespace, spec, release, revision, layers, verifier_content=content, pull_secrets=_pull_secrets(args)
+    )
+    return render_all(inputs)
+
+
+def _pull_secrets(args: argparse.Namespace) -> tuple[str, ...]:
+    """--image-pull-secret, else the operator's own setting (SPECULATOR_IMAGE_PULL_SECRETS), checked alike."""
+    from speculator_operator.runtime.settings import PULL_SECRETS_ENV, Settings, SettingsError
+
+    environ = {PULL_SECRETS_ENV: ",".join(args.image_pull_secret)} if args.image_pull_secret else os.environ
+    try:
+        return Settings.from_env(environ).image_pull_secrets
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _read_text(path: str) -> str:
