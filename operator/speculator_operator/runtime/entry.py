@@ -1,6 +1,7 @@
 """The operator process's entry (`speculator-operator run`): set up the process, check the identity's
 permissions, and run kopf's controllers, alone or behind a leader election. Exit codes beyond the CLI's: 3 the
-Lease was lost (restart as a standby), 4 the identity lacks a verb it needs."""
+Lease was lost (restart as a standby), 4 the identity lacks a verb it needs, 5 another release's operator
+watches the same objects (runtime/peers.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,21 @@ def _lease_namespace(args: argparse.Namespace) -> str:
     return sa.read_text().strip() if sa.exists() else "default"
 
 
+def _overlapping(elector: Any, lease_namespace: str) -> str | None:
+    """Before the controllers start: the refusal, when another release's live operator watches the same objects
+    and keeps them (runtime/peers.py); None when none does."""
+    from datetime import UTC, datetime
+
+    from speculator_operator.runtime import kube, peers
+
+    own = elector.lease()
+    if own is None:
+        return None
+    me = peers.peer_of(own)
+    found = peers.conflicts(me, peers.visible(kube.api(), me.scope, lease_namespace), datetime.now(UTC))
+    return peers.refusal(me, found) if found else None
+
+
 def run_operator(args: argparse.Namespace) -> int:
     """`speculator-operator run`: the process's memory settings first, then the permission check, then kopf
     (directly, or as the holder of the Lease with --leader-elect)."""
@@ -42,7 +58,7 @@ def run_operator(args: argparse.Namespace) -> int:
     import kopf
 
     import speculator_operator.controllers  # noqa: F401  (registers the handlers)
-    from speculator_operator.runtime import kube, leader, metrics, permissions
+    from speculator_operator.runtime import kube, leader, metrics, peers, permissions
 
     settings = kopf.OperatorSettings()
     # named namespaces: no cluster-wide scanning (kopf would list namespaces and watch CRDs, which a
@@ -77,7 +93,8 @@ def run_operator(args: argparse.Namespace) -> int:
     metrics.serve()  # a standby answers its scrape too (speculator_operator_leader 0)
     metrics.LEADER.set(0)
     identity = args.identity or f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:6]}"
-    elector = leader.Elector(kube.api(), lease_namespace, args.lease_name, identity)
+    watched = peers.scope_text(args.namespace or [])
+    elector = leader.Elector(kube.api(), lease_namespace, args.lease_name, identity, scope=watched)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     health = leader.StandbyHealth(args.liveness)
@@ -88,6 +105,11 @@ def run_operator(args: argparse.Namespace) -> int:
         health.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    refused = _overlapping(elector, lease_namespace)
+    if refused:
+        print(refused, file=sys.stderr)
+        elector.release()  # a standby of this release may take it, and is refused alike
+        return peers.EXIT_OVERLAP
     lost = threading.Event()
     done = threading.Event()
 
