@@ -27,18 +27,23 @@ def _lease_namespace(args: argparse.Namespace) -> str:
     return sa.read_text().strip() if sa.exists() else "default"
 
 
-def _overlapping(elector: Any, lease_namespace: str) -> str | None:
-    """Before the controllers start: the refusal, when another release's live operator watches the same objects
-    and keeps them (runtime/peers.py); None when none does."""
+def _overlapping(elector: Any, lease_namespace: str, scope: str) -> str | None:
+    """The refusal, when another release's live operator watches the same objects and keeps them
+    (runtime/peers.py); None when none does. Asked before the election (so that a refused replica never answers
+    its readiness probe) and again by the new holder, before its controllers start (two releases started at
+    once)."""
     from datetime import UTC, datetime
 
     from speculator_operator.runtime import kube, peers
 
+    now = datetime.now(UTC)
     own = elector.lease()
-    if own is None:
-        return None
-    me = peers.peer_of(own)
-    found = peers.conflicts(me, peers.visible(kube.api(), me.scope, lease_namespace), datetime.now(UTC))
+    if own is not None:
+        me = peers.peer_of(own)
+        me = peers.Peer(me.namespace, me.name, peers.parse_scope(scope), me.created, me.holder, me.renewed, 15)
+    else:  # the first replica of a new release: the youngest Lease
+        me = peers.Peer(lease_namespace, elector.name, peers.parse_scope(scope), now, "", None, 15)
+    found = peers.conflicts(me, peers.visible(kube.api(), me.scope, lease_namespace), now)
     return peers.refusal(me, found) if found else None
 
 
@@ -95,6 +100,10 @@ def run_operator(args: argparse.Namespace) -> int:
     identity = args.identity or f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:6]}"
     watched = peers.scope_text(args.namespace or [])
     elector = leader.Elector(kube.api(), lease_namespace, args.lease_name, identity, scope=watched)
+    refused = _overlapping(elector, lease_namespace, watched)
+    if refused:
+        print(refused, file=sys.stderr)
+        return peers.EXIT_OVERLAP
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     health = leader.StandbyHealth(args.liveness)
@@ -105,7 +114,7 @@ def run_operator(args: argparse.Namespace) -> int:
         health.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    refused = _overlapping(elector, lease_namespace)
+    refused = _overlapping(elector, lease_namespace, watched)
     if refused:
         print(refused, file=sys.stderr)
         elector.release()  # a standby of this release may take it, and is refused alike
