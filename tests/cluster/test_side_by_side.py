@@ -22,8 +22,9 @@ import pytest
 from kubernetes import client
 
 from speculator_operator.runtime.peers import EXIT_OVERLAP, LEASE_LABEL, SCOPE_ANNOTATION
+from speculator_operator.runtime.settings import PULL_SECRETS_ENV
 
-from .conftest import Cluster, eventually, get
+from .conftest import Cluster, eventually, get, sdep
 
 pytestmark = pytest.mark.cluster
 OPERATOR = Path(sys.executable).with_name("speculator-operator")
@@ -54,11 +55,13 @@ def free_port() -> int:
 
 
 class Operator:
-    def __init__(self, cluster: Cluster, log: Path, lease_ns: str, lease: str, *scope: str) -> None:
+    def __init__(
+        self, cluster: Cluster, log: Path, lease_ns: str, lease: str, *scope: str, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.log_path = log
         self._log = log.open("wb")
-        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), **(env or {})}
         env.pop("SPECULATOR_METRICS_PORT", None)
         argv = [str(OPERATOR), "run", "--leader-elect", "--lease-namespace", lease_ns, "--lease-name", lease,
                 "--identity", f"{lease}-pod_1", f"--liveness=http://127.0.0.1:{self.port}/healthz", *scope]  # fmt: skip
@@ -136,26 +139,27 @@ def test_disjoint_releases_run_side_by_side(
     operator_crds: list[str],
     two_namespaces: tuple[str, str],
     operators: list[Operator],
+    store: dict[str, str],
+    creds: str,
     tmp_path: Path,
 ) -> None:
     ours, theirs = two_namespaces
     other_release(cluster, ours, "team-a-speculator-operator", theirs)  # watches the other namespace only
-    op = Operator(cluster, tmp_path / "b.log", ours, "team-b-speculator-operator", "-n", ours)
+    # with the chart's setting for imagePullSecrets, read once at start
+    op = Operator(cluster, tmp_path / "b.log", ours, "team-b-speculator-operator", "-n", ours,
+                  env={PULL_SECRETS_ENV: "regcred"})  # fmt: skip
     operators.append(op)
-    # it runs its controllers: a resource in its namespace gets a status
-    doc = {
-        "apiVersion": "speculators.dev/v1alpha1",
-        "kind": "SpeculatorDeployment",
-        "metadata": {"name": "mine"},
-        "spec": {"verifier": {"model": "pvc://nowhere/verifier"}, "speculator": {"source": "pvc://nowhere/draft"}},
-    }
-    cluster.kubectl("apply", "-n", ours, "-f", "-", input=json.dumps(doc))
+    # it runs its controllers: a resource in its namespace gets its children, its pods pulled with the Secret
+    cluster.kubectl("apply", "-n", ours, "-f", "-", input=sdep("mine", store, "good", creds, replicas=1))
 
-    def reconciled() -> None:
+    def reconciled() -> dict[str, Any]:
         assert op.proc.poll() is None, op.log()
-        assert (get(cluster, ours, "sdep/mine").get("status") or {}).get("conditions"), "no status yet"
+        out = cluster.kubectl("get", "-n", ours, "deployment/mine", "-o", "json", check=False)
+        assert out.returncode == 0, f"no Deployment yet: {out.stderr}"
+        return json.loads(out.stdout)  # type: ignore[no-any-return]
 
-    eventually(reconciled, timeout=90)
+    served = eventually(reconciled, timeout=90)
+    assert served["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
     lease = get(cluster, ours, "lease/team-b-speculator-operator")
     assert lease["metadata"]["labels"][LEASE_LABEL] == "true"
     assert lease["metadata"]["annotations"][SCOPE_ANNOTATION] == ours  # what it watches, for the next release
@@ -178,7 +182,9 @@ def test_a_release_on_objects_another_one_watches_refuses_to_start(
     op = Operator(cluster, tmp_path / "b.log", theirs, "team-b-speculator-operator", *flags)
     operators.append(op)
     assert op.wait(90) == EXIT_OVERLAP, op.log()
-    assert f"refusing to start: the operator of Lease {theirs}/team-a-speculator-operator" in op.log()
+    assert "refusing to start" in op.log()
+    # (an all-namespaces one also names any other live release it sees, an earlier test's among them)
+    assert f"the operator of Lease {theirs}/team-a-speculator-operator watches namespaces" in op.log()
     # refused before its election: it holds no Lease (nor answers a readiness probe)
     assert holder(cluster, theirs, "team-b-speculator-operator") in (None, "")
     assert holder(cluster, theirs, "team-a-speculator-operator") == "other-pod_abc"  # the other one untouched
