@@ -132,3 +132,12 @@ def test_the_render_command_takes_them_as_the_operator_does(tmp_path: Path) -> N
     refused = run("--image-pull-secret", "Bad_Name")
     assert refused.returncode == 2
     assert PULL_SECRETS_ENV in refused.stderr
+
+
+def test_the_operator_refuses_to_start_on_a_malformed_setting() -> None:
+    argv = [sys.executable, "-m", "speculator_operator.cli", "run", "-A", "--skip-permission-check"]
+    env = {**os.environ, PULL_SECRETS_ENV: "regcred,Not_A_Name", "KUBECONFIG": "/nonexistent"}
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2
+    assert PULL_SECRETS_ENV in out.stderr
+    assert "Not_A_Name" in out.stderr

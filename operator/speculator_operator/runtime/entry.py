@@ -55,7 +55,13 @@ def run_operator(args: argparse.Namespace) -> int:
     import uuid
 
     from speculator_operator.runtime import allocator, profiling
+    from speculator_operator.runtime import settings as operator_settings
 
+    try:  # a malformed setting stops the start here, named (kopf's start-up handler reads them again)
+        operator_settings.load()
+    except operator_settings.SettingsError as exc:
+        print(f"speculator-operator: {exc}", file=sys.stderr)
+        return 2
     allocator.limit_arenas()  # before any thread starts
     allocator.keep_trimmed()
     profiling.install()  # SPECULATOR_PROFILE: trace allocations from here on, imports included (a profile run)
