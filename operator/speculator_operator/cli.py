@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--strict", action="store_true", help="an unreadable checkpoint or verifier is an error even with the "
         "options above, and a failed audit exits 1"
     )  # fmt: skip
+    rd.add_argument(
+        "--image-pull-secret",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a Secret every pod pulls its images with, as the chart's imagePullSecrets (repeatable; default: "
+        "SPECULATOR_IMAGE_PULL_SECRETS, as the operator reads it)",
+    )
 
     st = sub.add_parser(
         "stage",
@@ -288,6 +297,7 @@ class RenderOptions:
     verifier_revision: str | None = None
     namespace: str | None = None
     strict: bool = False  # an unread checkpoint or verifier, or a failed audit, is an error
+    pull_secrets: tuple[str, ...] = ()  # the Secrets every rendered pod pulls its images with
 
 
 @dataclass
@@ -319,6 +329,7 @@ def _render(args: argparse.Namespace) -> int:
         verifier_revision=args.verifier_revision,
         namespace=args.namespace,
         strict=args.strict,
+        pull_secrets=_pull_secrets(args),
     )
     rendered = render_documents(docs, options)
     for r in rendered:
@@ -466,7 +477,8 @@ def _render_deployment(
                     "exact folder the job published there).")  # fmt: skip
         draft = fallback
     namespace = meta.get("namespace") or options.namespace or "default"
-    inputs = Inputs(name, namespace, spec, release, draft, options.verifier_revision, draft_source=source)
+    inputs = Inputs(name, namespace, spec, release, draft, options.verifier_revision, draft_source=source,
+                    pull_secrets=options.pull_secrets)  # fmt: skip
     result = render(inputs)
     return Rendered("SpeculatorDeployment", name, result.children, said, list(result.notes))
 
@@ -516,8 +528,21 @@ def _render_trainjob(
             layers, revision, content = verifier_layers(ref.config), revision or ref.revision, ref.content
     assert layers is not None
     namespace = meta.get("namespace") or options.namespace or "default"
-    children = render_all(Inputs(name, namespace, spec, release, revision, layers, verifier_content=content))
+    inputs = Inputs(name, namespace, spec, release, revision, layers, verifier_content=content,
+                    pull_secrets=options.pull_secrets)  # fmt: skip
+    children = render_all(inputs)
     return Rendered("SpeculatorTrainJob", name, children, said)
+
+
+def _pull_secrets(args: argparse.Namespace) -> tuple[str, ...]:
+    """--image-pull-secret, else the operator's own setting (SPECULATOR_IMAGE_PULL_SECRETS), checked alike."""
+    from speculator_operator.runtime.settings import PULL_SECRETS_ENV, Settings, SettingsError
+
+    environ = {PULL_SECRETS_ENV: ",".join(args.image_pull_secret)} if args.image_pull_secret else os.environ
+    try:
+        return Settings.from_env(environ).image_pull_secrets
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _read_text(path: str) -> str:

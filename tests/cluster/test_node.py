@@ -41,6 +41,7 @@ from .conftest import ARGOCD_DEPLOYMENT, REPO, Cluster, chart_image_values, even
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
 CHART = REPO / "charts" / "speculator-operator"
+FULLNAME = "so-speculator-operator"  # the release `so`: every object of the chart is named so (its fullname)
 ON_NODE = {
     "nodeSelector": {"speculators.dev/real-node": "true"},
     "tolerations": [{"key": "speculators.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}],
@@ -122,7 +123,7 @@ def node_ns(
     try:
         yield name
     finally:
-        logs = cluster.kubectl("logs", "-n", name, "deployment/speculator-operator", "--tail=200", check=False)
+        logs = cluster.kubectl("logs", "-n", name, f"deployment/{FULLNAME}", "--tail=200", check=False)
         (home / "operator.log").write_text(logs.stdout + logs.stderr)
         helm(cluster, home, "uninstall", "so", "-n", name, "--wait")
         core.delete_namespace(name)
@@ -210,12 +211,12 @@ def serving_pod(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
 def test_the_chart_runs_the_operator_in_cluster_and_it_reconciles_both_kinds(
     cluster: Cluster, node_ns: str, real_node: str
 ) -> None:
-    dep = get(cluster, node_ns, "deployment/speculator-operator")
+    dep = get(cluster, node_ns, f"deployment/{FULLNAME}")
     pods = list_pods(cluster, node_ns, "app.kubernetes.io/name=speculator-operator")
     assert len(pods) == 2  # the chart's default: two replicas, one active
     for pod in pods:
         assert pod["spec"]["nodeName"] == real_node  # real pods, from the image built here
-        assert pod["spec"]["serviceAccountName"] == "speculator-operator"
+        assert pod["spec"]["serviceAccountName"] == FULLNAME
     assert dep["status"]["availableReplicas"] == 2
     holder = eventually(lambda: _lease_holder(cluster, node_ns), timeout=60)
     assert holder.rsplit("_", 1)[0] in {p["metadata"]["name"] for p in pods}
@@ -257,7 +258,7 @@ def test_the_chart_runs_the_operator_in_cluster_and_it_reconciles_both_kinds(
 
 
 def _lease_holder(cluster: Cluster, namespace: str) -> str:
-    out = cluster.kubectl("get", "lease", "speculator-operator", "-n", namespace, "-o",
+    out = cluster.kubectl("get", "lease", FULLNAME, "-n", namespace, "-o",
                           "jsonpath={.spec.holderIdentity}", check=False)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip(), "nobody holds the Lease"
@@ -272,7 +273,7 @@ def test_a_rolling_upgrade_of_the_operator_loses_no_transition(
     reconciled once (the running resource's children are the same objects, changed in place)."""
     if cluster.harness is None:
         pytest.skip("needs the local node's containerd to tag the new image")
-    old_image = get(cluster, node_ns, "deployment/speculator-operator")["spec"]["template"]["spec"]["containers"][0]
+    old_image = get(cluster, node_ns, f"deployment/{FULLNAME}")["spec"]["template"]["spec"]["containers"][0]
     by_tag, _, digest = old_image["image"].partition("@")  # pinned to the pushed digest where the harness has one
     repository, _, tag = by_tag.rpartition(":")
     new_tag = f"{tag}-upgrade"
@@ -331,7 +332,7 @@ def test_a_rolling_upgrade_of_the_operator_loses_no_transition(
     cluster.kubectl("wait", "-n", node_ns, "--for=condition=Ready", "sdep/during-upgrade", "--timeout=240s")
     assert get(cluster, node_ns, "deployment/before-upgrade")["metadata"]["uid"] == child_uid  # changed in place
     assert get(cluster, node_ns, "deployment/during-upgrade")["metadata"]["labels"]["speculators.dev/deployment"]
-    lease = get(cluster, node_ns, "lease/speculator-operator")
+    lease = get(cluster, node_ns, f"lease/{FULLNAME}")
     assert int(lease["spec"]["leaseTransitions"]) >= 1
     for name in ("before-upgrade", "during-upgrade"):
         cluster.kubectl("delete", "-n", node_ns, f"sdep/{name}", "--wait=true", check=False)

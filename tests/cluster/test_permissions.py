@@ -22,7 +22,7 @@ OPERATOR = Path(sys.executable).with_name("speculator-operator")
 def limited_kubeconfig(cluster: Cluster, namespace: str, tmp_path: Path, leave_out: permissions.Check) -> Path:
     """A kubeconfig for a ServiceAccount granted everything the operator uses in `namespace` but `leave_out`."""
     rules = []
-    for group, resource, verbs in [*permissions.NEEDED, permissions.LEASES]:
+    for group, resource, verbs in [*permissions.NEEDED, permissions.LEASES, permissions.PEER_LEASES]:
         kept = [v for v in verbs if (group, resource, v) != (leave_out.group, leave_out.resource, leave_out.verb)]
         if kept:
             rules.append({"apiGroups": [group], "resources": [resource], "verbs": kept})

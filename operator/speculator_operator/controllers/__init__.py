@@ -14,6 +14,7 @@ from speculator_operator.api.labels import MANAGED_BY_LABEL
 from speculator_operator.controllers import deployment, telemetry, trainjob  # noqa: F401  (registers the handlers)
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube, metrics
+from speculator_operator.runtime import settings as operator_settings
 
 # how long kopf's worker for one object waits for its next event before it exits (kopf's default is 5 s)
 IDLE_WORKER_SECONDS = float(os.environ.get("SPECULATOR_IDLE_WORKER_SECONDS", "0.5"))
@@ -35,6 +36,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    operator_settings.load()  # the operator's own settings, read once (a malformed one stops the start here)
     # handler state lives in our own annotations; only warnings become Events (each Event is a write)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="speculators.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(

@@ -62,6 +62,7 @@ from speculator_operator.render import group
 from speculator_operator.render.serving import group_name, workload_kind, workload_name
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
+from speculator_operator.runtime import settings as operator_settings
 from speculator_operator.runtime.controller import HOOKS, PassStatus
 from speculator_operator.runtime.kube import (
     RESYNC_SECONDS,
@@ -235,7 +236,15 @@ class _Pass:
             p = failed(Observed(generation=self.generation, status=current), parsed.reason, parsed.message)
         else:
             obs = _observe_inputs(self.name, self.namespace, parsed[0], self.generation, current)
-            p = plan(self.name, self.namespace, self.uid, parsed[0], parsed[1], obs)
+            p = plan(
+                self.name,
+                self.namespace,
+                self.uid,
+                parsed[0],
+                parsed[1],
+                obs,
+                operator_settings.current().image_pull_secrets,
+            )
             layout = parsed[0].serving.layout
             # read by this pass: not read again to apply
             known[(workload_kind(layout)[1], workload_name(self.name, layout))] = obs.child

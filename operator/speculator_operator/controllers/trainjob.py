@@ -45,6 +45,7 @@ from speculator_operator.render.serving import MANAGED_BY, RenderError
 from speculator_operator.render.training import SERVER_ROLES, verifier_facts
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
+from speculator_operator.runtime import settings as operator_settings
 from speculator_operator.runtime.controller import HOOKS, PassStatus
 from speculator_operator.runtime.kube import (
     RESYNC_SECONDS,
@@ -198,7 +199,7 @@ def _reconcile(body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus
         return p, DONE
     spec, release = parsed
     obs = observe(name, namespace, spec, generation, current)
-    p = plan(name, namespace, uid, spec, release, obs)
+    p = plan(name, namespace, uid, spec, release, obs, operator_settings.current().image_pull_secrets)
     status.set(p.status, "reconcile")
     if p.apply:
         try:

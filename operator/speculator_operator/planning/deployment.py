@@ -204,8 +204,15 @@ def _what(ck: Checkpoint) -> str:
 
 
 def plan(
-    name: str, namespace: str, uid: str | None, spec: SpeculatorDeploymentSpec, release: Release, obs: Observed
+    name: str,
+    namespace: str,
+    uid: str | None,
+    spec: SpeculatorDeploymentSpec,
+    release: Release,
+    obs: Observed,
+    pull_secrets: tuple[str, ...] = (),
 ) -> Plan:
+    """`pull_secrets`: the imagePullSecrets every rendered pod names (the operator's settings)."""
     gen = obs.generation
     if obs.problem is not None:
         reason, message = obs.problem
@@ -269,6 +276,7 @@ def plan(
         obs.verifier_content,
         obs.verifier_manifest,
         tuned,
+        pull_secrets=pull_secrets,
     )
     try:
         rendered = render(inputs)

@@ -200,8 +200,15 @@ def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[
 
 
 def plan(
-    name: str, namespace: str, uid: str | None, spec: SpeculatorTrainJobSpec, release: Release, obs: Observed
+    name: str,
+    namespace: str,
+    uid: str | None,
+    spec: SpeculatorTrainJobSpec,
+    release: Release,
+    obs: Observed,
+    pull_secrets: tuple[str, ...] = (),
 ) -> Plan:
+    """`pull_secrets`: the imagePullSecrets every rendered pod names (the operator's settings)."""
     gen = obs.generation
     current_status = obs.status
     if current_status.phase == "Succeeded" and not obs.servers:
@@ -236,6 +243,7 @@ def plan(
         uid,
         obs.verifier_content,
         passed,
+        pull_secrets=pull_secrets,
     )
     try:
         all_stages = stages(inputs)

@@ -104,6 +104,7 @@ class Inputs:
     verifier_manifest: Manifest | None = None  # an s3 verifier's audited files
     tuned: Tuned | None = None  # Auto's K and schedule, where the spec leaves K to the operator
     keep_revision: str | None = None  # an earlier operator's name for this same pair (planning/adoption.py)
+    pull_secrets: tuple[str, ...] = ()  # imagePullSecrets of every pod (the operator's settings)
 
 
 @dataclass
@@ -417,6 +418,8 @@ def render(inputs: Inputs) -> Rendered:
     }
     if not init:
         del pod["initContainers"]
+    if inputs.pull_secrets:
+        pod["imagePullSecrets"] = pull_secret_refs(inputs.pull_secrets)
     if spec.serving.node_selector:
         pod["nodeSelector"] = dict(spec.serving.node_selector)
     selector = labels(name)
@@ -442,6 +445,11 @@ def render(inputs: Inputs) -> Rendered:
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels(name)}},
     }
     return Rendered([workload, service, pdb], args, config, revision, notes)
+
+
+def pull_secret_refs(names: tuple[str, ...]) -> list[dict[str, str]]:
+    """A pod spec's `imagePullSecrets`: the Secrets (in the pod's namespace) its images are pulled with."""
+    return [{"name": n} for n in names]
 
 
 def workload_name(name: str, layout: Layout) -> str:

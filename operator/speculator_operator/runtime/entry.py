@@ -1,6 +1,7 @@
 """The operator process's entry (`speculator-operator run`): set up the process, check the identity's
 permissions, and run kopf's controllers, alone or behind a leader election. Exit codes beyond the CLI's: 3 the
-Lease was lost (restart as a standby), 4 the identity lacks a verb it needs."""
+Lease was lost (restart as a standby), 4 the identity lacks a verb it needs, 5 another release's operator
+watches the same objects (runtime/peers.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,26 @@ def _lease_namespace(args: argparse.Namespace) -> str:
     return sa.read_text().strip() if sa.exists() else "default"
 
 
+def _overlapping(elector: Any, lease_namespace: str, scope: str) -> str | None:
+    """The refusal, when another release's live operator watches the same objects and keeps them
+    (runtime/peers.py); None when none does. Asked before the election (so that a refused replica never answers
+    its readiness probe) and again by the new holder, before its controllers start (two releases started at
+    once)."""
+    from datetime import UTC, datetime
+
+    from speculator_operator.runtime import kube, peers
+
+    now = datetime.now(UTC)
+    own = elector.lease()
+    if own is not None:
+        me = peers.peer_of(own)
+        me = peers.Peer(me.namespace, me.name, peers.parse_scope(scope), me.created, me.holder, me.renewed, 15)
+    else:  # the first replica of a new release: the youngest Lease
+        me = peers.Peer(lease_namespace, elector.name, peers.parse_scope(scope), now, "", None, 15)
+    found = peers.conflicts(me, peers.visible(kube.api(), me.scope, lease_namespace), now)
+    return peers.refusal(me, found) if found else None
+
+
 def run_operator(args: argparse.Namespace) -> int:
     """`speculator-operator run`: the process's memory settings first, then the permission check, then kopf
     (directly, or as the holder of the Lease with --leader-elect)."""
@@ -34,7 +55,13 @@ def run_operator(args: argparse.Namespace) -> int:
     import uuid
 
     from speculator_operator.runtime import allocator, profiling
+    from speculator_operator.runtime import settings as operator_settings
 
+    try:  # a malformed setting stops the start here, named (kopf's start-up handler reads them again)
+        operator_settings.load()
+    except operator_settings.SettingsError as exc:
+        print(f"speculator-operator: {exc}", file=sys.stderr)
+        return 2
     allocator.limit_arenas()  # before any thread starts
     allocator.keep_trimmed()
     profiling.install()  # SPECULATOR_PROFILE: trace allocations from here on, imports included (a profile run)
@@ -42,7 +69,7 @@ def run_operator(args: argparse.Namespace) -> int:
     import kopf
 
     import speculator_operator.controllers  # noqa: F401  (registers the handlers)
-    from speculator_operator.runtime import kube, leader, metrics, permissions
+    from speculator_operator.runtime import kube, leader, metrics, peers, permissions
 
     settings = kopf.OperatorSettings()
     # named namespaces: no cluster-wide scanning (kopf would list namespaces and watch CRDs, which a
@@ -77,7 +104,12 @@ def run_operator(args: argparse.Namespace) -> int:
     metrics.serve()  # a standby answers its scrape too (speculator_operator_leader 0)
     metrics.LEADER.set(0)
     identity = args.identity or f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:6]}"
-    elector = leader.Elector(kube.api(), lease_namespace, args.lease_name, identity)
+    watched = peers.scope_text(args.namespace or [])
+    elector = leader.Elector(kube.api(), lease_namespace, args.lease_name, identity, scope=watched)
+    refused = _overlapping(elector, lease_namespace, watched)
+    if refused:
+        print(refused, file=sys.stderr)
+        return peers.EXIT_OVERLAP
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     health = leader.StandbyHealth(args.liveness)
@@ -88,6 +120,11 @@ def run_operator(args: argparse.Namespace) -> int:
         health.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    refused = _overlapping(elector, lease_namespace, watched)
+    if refused:
+        print(refused, file=sys.stderr)
+        elector.release()  # a standby of this release may take it, and is refused alike
+        return peers.EXIT_OVERLAP
     lost = threading.Event()
     done = threading.Event()
 

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from speculator_operator.runtime import election as leader
 from speculator_operator.runtime.election import Action, Record, Seen
+from speculator_operator.runtime.peers import LEASE_LABEL, SCOPE_ANNOTATION
 
 log = logging.getLogger("speculator_operator.leader")
 
@@ -57,16 +58,28 @@ def _spec(record: Record) -> dict[str, Any]:
 
 class Elector:
     def __init__(
-        self, api: client.ApiClient, namespace: str, name: str, identity: str, duration_s: int = LEASE_SECONDS
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        name: str,
+        identity: str,
+        duration_s: int = LEASE_SECONDS,
+        scope: str | None = None,
     ) -> None:
+        """`scope`: what this operator watches (peers.scope_text), written on the Lease with the label that lets
+        other releases' operators find it (runtime/peers.py); None writes neither."""
         self.leases = client.CoordinationV1Api(api)
         self.namespace, self.name, self.identity, self.duration_s = namespace, name, identity, duration_s
+        self.scope = scope
         self.seen: Seen | None = None
         self.renewed_at = 0.0  # monotonic time of our last successful write
 
     def _body(self, record: Record, read: client.V1Lease | None) -> Any:
         """The Lease to write; a replace carries the version read, so that of two writers one gets 409."""
         meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if self.scope is not None:
+            meta["labels"] = {LEASE_LABEL: "true"}
+            meta["annotations"] = {SCOPE_ANNOTATION: self.scope}
         if read is not None and read.metadata is not None:
             meta["resourceVersion"] = read.metadata.resource_version
         # a dict, not a V1Lease: the client would write its datetimes without the microseconds a MicroTime needs
@@ -79,6 +92,10 @@ class Elector:
             if exc.status == 404:
                 return None
             raise
+
+    def lease(self) -> client.V1Lease | None:
+        """The Lease as the API server holds it now."""
+        return self._read()
 
     def try_once(self) -> bool:
         """One round: read, decide, write. True when we hold the Lease after it."""

@@ -44,6 +44,9 @@ CLUSTER_WIDE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 # where the replicas elect their leader
 LEASES: tuple[str, str, tuple[str, ...]] = ("coordination.k8s.io", "leases", ("get", "create", "update"))
+# the other releases' operators' Leases (runtime/peers.py): in every namespace for an all-namespaces operator, else
+# in its Lease's namespace and the ones it watches
+PEER_LEASES: tuple[str, str, tuple[str, ...]] = ("coordination.k8s.io", "leases", ("list",))
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ def checks(namespaces: list[str], lease_namespace: str | None) -> list[Check]:
     if lease_namespace is not None:
         g, r, verbs = LEASES
         out += [Check(g, r, v, lease_namespace) for v in verbs]
+        g, r, verbs = PEER_LEASES
+        where = sorted({lease_namespace, *namespaces}) if namespaces else [""]
+        out += [Check(g, r, v, ns) for ns in where for v in verbs]
     return out
 
 

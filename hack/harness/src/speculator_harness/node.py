@@ -159,7 +159,8 @@ def start(
     sup.durations["node-images-push"] = time.monotonic() - t1
     took = sup.durations["node-images-push"]
     sup.say(f"local-cluster: {len(prepared.pushed)} image(s) pushed to the registry in {took:.1f} s")
-    hosts = registry.hosts(sorted(images.built_list(cache)))
+    # and the registry under its own address: what `hack/release 127.0.0.1:PORT/...` pushed and a chart names
+    hosts = [*registry.hosts(sorted(images.built_list(cache))), address]
     containerd.start(sup, cache, service_cidr, prepared.lock_fd, address, hosts)
     images.forget_replaced(sup.workdir, cache, prepared.digests, sup.say)
     server = api.server

@@ -163,6 +163,34 @@ def pinned(cache: Path) -> dict[str, str]:
     return {ref: rec["digest"] for ref, rec in load_digests(cache).items() if built.get(ref) == rec.get("id")}
 
 
+def push_image(cache: Path, ref: str, destination: str, tls_verify: bool = False) -> str:
+    """`podman push --digestfile` of the built image `ref` to `destination` (host[:port]/path:tag); returns the
+    manifest digest the registry stored. hack/release pushes the same way to a registry of one's own."""
+    with tempfile.TemporaryDirectory() as tmp:
+        digestfile = Path(tmp) / "digest"
+        # zstd: a registry takes only compressed layers from podman, and zstd compresses the ~13 GB of
+        # layers in a fraction of gzip's CPU time; containerd (1.5 and later) unpacks zstd layers. A
+        # layer pushed before is not compressed again: podman's blob-info cache knows its digest there
+        argv = [
+            *images.podman_argv(cache),
+            "push",
+            f"--tls-verify={'true' if tls_verify else 'false'}",
+            "--quiet",
+            "--compression-format",
+            "zstd",
+            "--digestfile",
+            str(digestfile),
+            ref,
+            f"docker://{destination}",
+        ]
+        done = subprocess.run(
+            argv, capture_output=True, text=True, check=False, env={**os.environ, "TMPDIR": tmp}, timeout=3600
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"podman push {ref} failed ({done.returncode}): {done.stderr[-2000:]}")
+        return digestfile.read_text().strip()
+
+
 def push_built(address: str, cache: Path, say: Callable[[str], None]) -> list[str]:
     """Push what the registry lacks (or holds for an older build); returns the references pushed."""
     built = images.built_list(cache)
@@ -176,30 +204,8 @@ def push_built(address: str, cache: Path, say: Callable[[str], None]) -> list[st
             todo.append(ref)
     for ref in todo:
         _, repo, tag = split_reference(ref)
-        with tempfile.TemporaryDirectory() as tmp:
-            digestfile = Path(tmp) / "digest"
-            # zstd: a registry takes only compressed layers from podman, and zstd compresses the ~13 GB of
-            # layers in a fraction of gzip's CPU time; containerd (1.5 and later) unpacks zstd layers. A
-            # layer pushed before is not compressed again: podman's blob-info cache knows its digest there
-            argv = [
-                *images.podman_argv(cache),
-                "push",
-                "--tls-verify=false",
-                "--quiet",
-                "--compression-format",
-                "zstd",
-                "--digestfile",
-                str(digestfile),
-                ref,
-                f"docker://{address}/{repo}:{tag}",
-            ]
-            say(f"local-cluster: pushing {ref} to the registry")
-            done = subprocess.run(
-                argv, capture_output=True, text=True, check=False, env={**os.environ, "TMPDIR": tmp}, timeout=3600
-            )
-            if done.returncode != 0:
-                raise RuntimeError(f"podman push {ref} failed ({done.returncode}): {done.stderr[-2000:]}")
-            digest = digestfile.read_text().strip()
+        say(f"local-cluster: pushing {ref} to the registry")
+        digest = push_image(cache, ref, f"{address}/{repo}:{tag}")
         record[ref] = {"id": built[ref], "digest": digest}
         digests_path(cache).parent.mkdir(parents=True, exist_ok=True)
         digests_path(cache).write_text(json.dumps(record, indent=2, sort_keys=True))

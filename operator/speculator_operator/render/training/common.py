@@ -20,6 +20,7 @@ from speculator_operator.render.serving import (
     SHM,
     SHM_SIZE,
     RenderError,
+    pull_secret_refs,
 )
 
 WORKSPACE = "/workspace"
@@ -53,6 +54,7 @@ class Inputs:
     verifier_content: str | None = None  # the identity of the verifier files vLLM reads (provenance)
     evaluation: dict[str, Any] | None = None  # what the evaluate stage measured (for the published record)
     sweep: dict[str, Any] | None = None  # the sweep's whole curve (domain/sweep.py), for the published record
+    pull_secrets: tuple[str, ...] = ()  # imagePullSecrets of every pod (the operator's settings)
 
 
 def final_checkpoint(inputs: Inputs) -> str:
@@ -218,6 +220,8 @@ def make_pod(
         spec["tolerations"] = tolerations
     if opts.node_selector:
         spec["nodeSelector"] = dict(opts.node_selector)
+    if inputs.pull_secrets:
+        spec["imagePullSecrets"] = pull_secret_refs(inputs.pull_secrets)
     meta: dict[str, Any] = {"labels": {**(opts.labels or {}), **labels(inputs.name, stage)}}
     if opts.annotations:
         meta["annotations"] = dict(opts.annotations)
