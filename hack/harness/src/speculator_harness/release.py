@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     if operator_reference() not in refs:
         print(f"release: {operator_reference()} is not built (hack/build-images)", file=sys.stderr)
         return 1
+    if get_release().reference("server") not in refs:
+        print(f"release: the CUDA server image {get_release().reference('server')} is not built (hack/release without "
+              "--no-cuda builds it): only CPU serving pods will find their image", file=sys.stderr)  # fmt: skip
 
     digests: dict[str, str] = {}
     for ref in refs:
