@@ -81,6 +81,17 @@ REPORT_VERSION = 1
 REPORT_LIMIT = 4096  # the kubelet keeps at most 4 KiB of a termination message
 
 
+def _marked(message: str | None, marker: str) -> dict[str, Any] | None:
+    """The JSON object in a termination message that carries `marker` (None for a log tail, garbage, another record)."""
+    if not message:
+        return None
+    try:
+        value = json.loads(message)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and value.get(marker) else None
+
+
 class StageReport(BaseModel):
     """What a finished stage reports. Every field but the marker is optional: each stage fills its own."""
 
@@ -119,16 +130,9 @@ class StageReport(BaseModel):
     @classmethod
     def decode(cls, message: str | None) -> StageReport | None:
         """The report in a termination message (None when the message is not one: a log tail, garbage)."""
-        if not message:
-            return None
+        value = _marked(message, "speculatorsReport")
         try:
-            value = json.loads(message)
-        except ValueError:
-            return None
-        if not isinstance(value, dict) or not value.get("speculatorsReport"):
-            return None
-        try:
-            return cls.model_validate(value)
+            return None if value is None else cls.model_validate(value)
         except ValidationError:
             return None
 
@@ -190,16 +194,9 @@ class ServerExit(BaseModel):
     @classmethod
     def decode(cls, message: str | None) -> ServerExit | None:
         """The record in a termination message (None when the message is not one: a log tail, a stage report)."""
-        if not message:
-            return None
+        value = _marked(message, "speculatorsServer")
         try:
-            value = json.loads(message)
-        except ValueError:
-            return None
-        if not isinstance(value, dict) or not value.get("speculatorsServer"):
-            return None
-        try:
-            return cls.model_validate(value)
+            return None if value is None else cls.model_validate(value)
         except ValidationError:
             return None
 
