@@ -28,7 +28,6 @@ from speculator_operator.domain.economics import break_even_alpha, draft_forward
 from speculator_operator.domain.priors import pair_load, pair_size, prior
 from speculator_operator.domain.releases import ReleaseError, get_release, release_for
 from speculator_operator.domain.sweep import device_class
-from speculator_operator.planning.deployment import load_status
 from speculator_operator.render.serving import RenderError
 
 
@@ -564,6 +563,10 @@ def render_yaml(doc: Any) -> str:
 def _economics(
     report: AuditReport, verifier: dict[str, Any] | None, device: str | None = None, tensor_parallel: int = 1
 ) -> dict[str, Any] | None:
+    # the planner's status shape, imported here: the in-pod sub-commands load this module in environments that hold
+    # only the trainer's requirements (the planners pull in the operator's own, prometheus_client among them)
+    from speculator_operator.planning.deployment import load_status
+
     ck = report.checkpoint
     if verifier is None or ck.speculative_tokens is None or ck.algorithm is None:
         return None
