@@ -37,15 +37,19 @@ PLATFORM_PREFIX = "speculator-platform="
 
 
 class Tail:
-    """The last lines two threads copied, in the order they arrived."""
+    """The last lines two threads copied, in the order they were written out (one lock for the write and the keeping,
+    so that where both streams go to one log, the tail reads as the log does)."""
 
     def __init__(self, lines: int = TAIL_LINES) -> None:
         self._lines: deque[str] = deque(maxlen=lines)
         self._lock = threading.Lock()
 
-    def add(self, line: str) -> None:
+    def copy(self, line: bytes, sink: BinaryIO) -> None:
         with self._lock:
-            self._lines.append(line)
+            with contextlib.suppress(OSError, ValueError):
+                sink.write(line)
+                sink.flush()
+            self._lines.append(line.decode(errors="replace").rstrip("\r\n"))
 
     def text(self, limit: int = SERVER_EXIT_TAIL) -> str:
         with self._lock:
@@ -55,10 +59,7 @@ class Tail:
 
 def _pump(source: IO[bytes], sink: BinaryIO, tail: Tail) -> None:
     for line in iter(source.readline, b""):
-        with contextlib.suppress(OSError, ValueError):
-            sink.write(line)
-            sink.flush()
-        tail.add(line.decode(errors="replace").rstrip("\r\n"))
+        tail.copy(line, sink)
     source.close()
 
 
