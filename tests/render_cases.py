@@ -136,24 +136,19 @@ SERVE_CASES: dict[str, tuple[dict[str, Any], serving.Draft]] = {
 }
 
 
-# The GPU examples as `speculator-operator render` prints them where their weights cannot be read (gated hub repos,
-# no network): every checkpoint and verifier read fails, the options say what the render needs, and the output
-# says that the audit was not run and why. No stand-in checkpoint exists under their names.
+# The GPU examples as a plain `speculator-operator render FILE...` prints them where their weights cannot be read
+# (gated hub repos, no network): every checkpoint and verifier read fails, the render uses what each manifest
+# declares (speculator.algorithm/speculativeTokens, verifier.numHiddenLayers), and the output says that the audit
+# was not run and why. No stand-in checkpoint exists under their names.
 GPU = REPO / "examples" / "gpu"
 GPU_CASES: dict[str, tuple[tuple[str, ...], RenderOptions]] = {
-    "gpu-llama-3.1-8b-eagle3-trainjob": (("llama-3.1-8b-eagle3-trainjob.yaml",), RenderOptions(verifier_layers=32)),
-    "gpu-llama-3.1-8b-eagle3-deployment": (
-        ("llama-3.1-8b-eagle3-deployment.yaml",),
-        RenderOptions(draft_algorithm="eagle3", draft_tokens=3),
-    ),
-    "gpu-qwen3-8b-dflash-deployment": (
-        ("qwen3-8b-dflash-deployment.yaml",),
-        RenderOptions(draft_algorithm="dflash", draft_tokens=7),
-    ),
-    "gpu-qwen3-8b-dflash-trainjob": (("qwen3-8b-dflash-trainjob.yaml",), RenderOptions(verifier_layers=36)),
+    "gpu-llama-3.1-8b-eagle3-trainjob": (("llama-3.1-8b-eagle3-trainjob.yaml",), RenderOptions()),
+    "gpu-llama-3.1-8b-eagle3-deployment": (("llama-3.1-8b-eagle3-deployment.yaml",), RenderOptions()),
+    "gpu-qwen3-8b-dflash-deployment": (("qwen3-8b-dflash-deployment.yaml",), RenderOptions()),
+    "gpu-qwen3-8b-dflash-trainjob": (("qwen3-8b-dflash-trainjob.yaml",), RenderOptions()),
     "gpu-llama-3.1-405b-multinode": (
         ("llama-3.1-405b-eagle3-trainjob.yaml", "llama-3.1-405b-multinode-deployment.yaml"),
-        RenderOptions(verifier_layers=126, draft_algorithm="eagle3", draft_tokens=3),
+        RenderOptions(),
     ),
 }
 

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from speculator_operator import __version__
 from speculator_operator.api.common import GROUP as API_GROUP
+from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.checkpoint import (
     AuditReport,
     CheckpointError,
@@ -428,7 +429,7 @@ def _render_deployment(
     from pydantic import ValidationError
 
     from speculator_operator.api.deployment import SpeculatorDeploymentSpec
-    from speculator_operator.render.serving import Draft, Inputs, render
+    from speculator_operator.render.serving import Draft, Inputs, draft_of, render
 
     meta = doc.get("metadata") or {}
     try:
@@ -437,28 +438,39 @@ def _render_deployment(
         raise _spec_error(where, exc) from None
     name = meta.get("name") or "unnamed"
     release = get_release(spec.release)
-    given = f"--draft-algorithm {options.draft_algorithm} --draft-tokens {options.draft_tokens}"
-    fallback = None
+    # what the render needs of a draft it cannot read: the flags, else what the spec declares of it
+    declared: tuple[str | None, int | None] = (spec.speculator.algorithm, spec.speculator.speculative_tokens)
+    algorithm, tokens = declared
+    given = f"spec.speculator.algorithm {algorithm} and speculativeTokens {tokens} as declared"
     if options.draft_algorithm and options.draft_tokens:
-        fallback = Draft(options.draft_algorithm, options.draft_tokens)
+        algorithm, tokens = options.draft_algorithm, options.draft_tokens
+        given = f"--draft-algorithm {algorithm} --draft-tokens {tokens}"
+    fallback: Draft | None = None
+    if algorithm and tokens:
+        # a declared mtp draft is a head stitched into its verifier: the only way vLLM serves one
+        fallback = Draft(algorithm, tokens, stitched=algorithm == Algorithm.MTP)
     said: list[str] = []
     source = None
     if spec.speculator.source:
         try:
-            report = audit_draft(spec.speculator.source, release=release, allow_lossy=spec.audit.allow_lossy)
+            report = audit_draft(
+                spec.speculator.source, release=release, allow_lossy=spec.audit.allow_lossy, declared=declared
+            )
         except CheckpointError as exc:
             if fallback is None:
-                raise UsageError(f"audit not run: {exc}; pass --draft-algorithm and --draft-tokens to render "
-                                 "without the checkpoint") from None  # fmt: skip
+                raise UsageError(f"audit not run: {exc}; declare spec.speculator.algorithm and speculativeTokens "
+                                 "(or pass --draft-algorithm and --draft-tokens) to render without the "
+                                 "checkpoint") from None  # fmt: skip
             _not_run(options, f"audit not run: {exc}", given)
             said.append(f"audit not run: the draft could not be read ({exc}). Rendered from {given}, without "
                         "the audited file list; the operator audits the draft before it creates any pod.")  # fmt: skip
             draft = fallback
         else:
             ck = report.checkpoint
-            if ck.algorithm is None or ck.speculative_tokens is None:
-                raise UsageError(f"{spec.speculator.source}: no speculators_model_type / speculative_tokens")
-            draft = Draft(ck.algorithm, ck.speculative_tokens, ck.revision, ck.manifest)
+            try:
+                draft = draft_of(ck)  # a stitched MTP model is served as its own verifier (method mtp)
+            except RenderError:
+                raise UsageError(f"{spec.speculator.source}: no speculators_model_type / speculative_tokens") from None
             source = ck.uri if ck.resolved_from else None
             if report.errors:
                 first = report.errors[0]
@@ -467,13 +479,18 @@ def _render_deployment(
     else:
         job = spec.speculator.from_train_job
         source = outputs.get((job, meta.get("namespace")))
-        if fallback is None or not source:
-            raise UsageError(f"speculator.fromTrainJob: render it with train job {job}'s manifest (where it "
-                             "publishes) and --draft-algorithm and --draft-tokens")  # fmt: skip
+        missing = [] if source else [f"train job {job}'s manifest beside it (where it publishes)"]
+        if fallback is None:
+            missing.append("spec.speculator.algorithm and speculativeTokens declared (or --draft-algorithm and "
+                           "--draft-tokens)")  # fmt: skip
+        if missing:
+            raise UsageError(f"speculator.fromTrainJob: a deployment of a train job's output renders with "
+                             f"{' and '.join(missing)}")  # fmt: skip
         _not_run(options, f"audit not run: the draft is train job {job}'s output", given)
         said.append(f"audit not run: the draft is train job {job}'s output, audited once it is published. "
                     f"Rendered from {given}, staged from its output.uri {source} (the operator serves the "
                     "exact folder the job published there).")  # fmt: skip
+        assert fallback is not None
         draft = fallback
     namespace = meta.get("namespace") or options.namespace or "default"
     inputs = Inputs(name, namespace, spec, release, draft, options.verifier_revision, draft_source=source,
@@ -503,28 +520,34 @@ def _render_trainjob(
     name = meta.get("name") or "unnamed"
     release = get_release(spec.release)
     revision = options.verifier_revision
-    layers = options.verifier_layers
+    # what the render needs of a verifier it cannot read: the flag, else what the spec declares of it
+    layers = options.verifier_layers or spec.verifier.num_hidden_layers
+    given = (f"--verifier-layers {layers}" if options.verifier_layers
+             else f"spec.verifier.numHiddenLayers {layers} as declared")  # fmt: skip
     content = None
     said: list[str] = []
     location = spec.verifier.config_location
     if location is None:
         if layers is None:
-            raise UsageError("a pvc:// verifier cannot be read here: pass --verifier-layers")
+            raise UsageError("a pvc:// verifier cannot be read here: declare spec.verifier.numHiddenLayers "
+                             "(or pass --verifier-layers)")  # fmt: skip
     else:
         try:
             ref = read_config(location)
         except CheckpointError as exc:
             if layers is None:
-                raise UsageError(
-                    f"{exc}: pass --verifier-layers to render without the verifier's config.json"
-                ) from None
-            given = f"--verifier-layers {layers}"
+                raise UsageError(f"{exc}: declare spec.verifier.numHiddenLayers (or pass --verifier-layers) to "
+                                 "render without the verifier's config.json") from None  # fmt: skip
             _not_run(options, f"verifier not read: {exc}", given)
             said.append(f"verifier not read ({exc}): rendered with {given}"
                         + ("" if revision else "; its revision is not resolved (the operator pins it to a commit "
                            "before any stage runs)") + ".")  # fmt: skip
         else:
             layers, revision, content = verifier_layers(ref.config), revision or ref.revision, ref.content
+            declared = spec.verifier.num_hidden_layers
+            if declared is not None and declared != layers:
+                said.append(f"verifier.numHiddenLayers is {declared} but its config.json has num_hidden_layers "
+                            f"{layers}: the operator would stop this job (Failed, InvalidSpec).")  # fmt: skip
     assert layers is not None
     namespace = meta.get("namespace") or options.namespace or "default"
     inputs = Inputs(name, namespace, spec, release, revision, layers, verifier_content=content,

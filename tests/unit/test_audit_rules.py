@@ -228,3 +228,15 @@ def test_dflash2_as_speculators_writes_it_is_served_faithfully_on_the_v2_runner(
     result = run(tmp_path, mixed, tensors)
     assert errors(result) == []
     assert any("mixed sliding-window and full-attention" in f for f in result["info"])
+
+
+def test_a_declared_algorithm_the_checkpoint_contradicts_is_an_error_and_a_declared_k_a_warning(
+    tmp_path: Path,
+) -> None:
+    config, tensors = eagle3()  # speculative_tokens 3
+    assert errors(run(tmp_path / "a", config, tensors, declared=("eagle3", 3))) == []
+    result = run(tmp_path / "b", config, tensors, declared=("dflash", 5))
+    assert errors(result) == ["declared-draft: speculator.algorithm is dflash but the checkpoint is eagle3"]
+    assert "declared-draft: speculator.speculativeTokens is 5 but the checkpoint's is 3: auto serves the " \
+        "checkpoint's" in result["warning"]  # fmt: skip
+    assert not any(f.startswith("declared-draft") for f in run(tmp_path / "c", config, tensors).get("warning", []))

@@ -96,3 +96,9 @@ def test_an_eagle_draft_without_embed_tokens_is_served_on_the_verifiers(tmp_path
 def test_a_speculators_checkpoint_still_gets_the_speculators_rules(tmp_path: Path) -> None:
     config = mutate(eagle3()[0], "speculators_model_type", "medusa")
     assert any(e.startswith("model-type") for e in findings(tmp_path, config, eagle3()[1])["error"])
+
+
+def test_a_stitched_model_is_what_a_deployment_declaring_mtp_expects(tmp_path: Path) -> None:
+    assert findings(tmp_path / "a", *stitched_mtp(), speculative_tokens=1, declared=("mtp", 1)).get("error", []) == []
+    result = findings(tmp_path / "b", *stitched_mtp(), speculative_tokens=1, declared=("eagle3", None))
+    assert result["error"] == ["declared-draft: speculator.algorithm is eagle3 but the checkpoint is mtp"]

@@ -96,12 +96,34 @@ def test_an_unreadable_draft_renders_from_the_options_and_says_the_audit_was_not
     assert "--manifest" not in stage  # nothing was audited: no audited file list to hold the pod to
 
 
-def test_without_the_options_an_unreadable_draft_is_bad_input_naming_them(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["render", str(GPU / "qwen3-8b-dflash-deployment.yaml")]) == 2
+def test_a_plain_render_of_an_unreadable_draft_uses_what_the_manifest_declares(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["render", str(GPU / "qwen3-8b-dflash-deployment.yaml")]) == 0
+    captured = capsys.readouterr()
+    assert "Rendered from spec.speculator.algorithm dflash and speculativeTokens 7 as declared" in captured.err
+    args = next(yaml.safe_load_all(captured.out))["spec"]["template"]["spec"]["containers"][0]["args"]
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert (config["method"], config["num_speculative_tokens"]) == ("dflash", 7)
+    # the flags win over the declaration
+    [rendered] = render_documents(
+        _docs("qwen3-8b-dflash-deployment.yaml"), RenderOptions(draft_algorithm="dflash", draft_tokens=5)
+    )
+    assert "--draft-algorithm dflash --draft-tokens 5" in rendered.said[0]
+
+
+def test_without_a_declaration_or_the_options_an_unreadable_draft_is_bad_input_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = yaml.safe_load((GPU / "qwen3-8b-dflash-deployment.yaml").read_text())
+    del doc["spec"]["speculator"]["speculativeTokens"]
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump(doc))
+    assert main(["render", str(bare)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "audit not run: hf://RedHatAI/Qwen3-8B-speculator.dflash" in err
-    assert "--draft-algorithm and --draft-tokens" in err
+    assert "spec.speculator.algorithm and speculativeTokens" in err
 
 
 def test_strict_refuses_to_render_without_the_audit(capsys: pytest.CaptureFixture[str]) -> None:
@@ -123,19 +145,36 @@ def test_an_unreadable_verifier_renders_with_the_given_layers_and_says_so() -> N
     # speculators' default layers for 36: [2, 18, 33]; online: the trainer asks the extraction servers
     assert args[args.index("--target-layer-ids") + 1 : args.index("--target-layer-ids") + 4] == ["2", "18", "33"]
     assert "--vllm-endpoint" in args
-    with pytest.raises(cli.UsageError, match="pass --verifier-layers"):
-        render_documents(_docs("qwen3-8b-dflash-trainjob.yaml"), RenderOptions())
+    # without the flag, the layer count the manifest declares (36) stands in, and the output says so
+    [declared] = render_documents(_docs("qwen3-8b-dflash-trainjob.yaml"), RenderOptions())
+    assert "rendered with spec.verifier.numHiddenLayers 36 as declared" in declared.said[0]
+    assert declared.children == rendered.children
+    # with neither, the render cannot choose the layers: bad input naming both ways out
+    [(name, doc)] = _docs("qwen3-8b-dflash-trainjob.yaml")
+    del doc["spec"]["verifier"]["numHiddenLayers"]
+    with pytest.raises(cli.UsageError, match=r"declare spec\.verifier\.numHiddenLayers \(or pass --verifier-layers\)"):
+        render_documents([(name, doc)], RenderOptions())
 
 
 def test_a_readable_verifier_wins_over_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    read = cli.VerifierRef({"num_hidden_layers": 40}, "c0ffee", "hub:abc")
+    read = cli.VerifierRef({"num_hidden_layers": 36}, "c0ffee", "hub:abc")
     [rendered] = render_documents(
-        _docs("qwen3-8b-dflash-trainjob.yaml"), RenderOptions(verifier_layers=36), read_config=lambda _: read
+        _docs("qwen3-8b-dflash-trainjob.yaml"), RenderOptions(verifier_layers=30), read_config=lambda _: read
     )
     assert rendered.said == []
+    train = next(d for d in rendered.children if d["metadata"]["name"] == "qwen3-8b-dflash-train")
+    args = train["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--target-layer-ids") + 1 : args.index("--target-layer-ids") + 4] == ["2", "18", "33"]
     fetch = next(d for d in rendered.children if d["metadata"]["name"] == "qwen3-8b-dflash-fetch")
     args = fetch["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--revision") + 1] == "c0ffee"
+    # the verifier read contradicts the declared 36: the output says the operator would stop the job
+    read = cli.VerifierRef({"num_hidden_layers": 40}, "c0ffee", "hub:abc")
+    [declared] = render_documents(_docs("qwen3-8b-dflash-trainjob.yaml"), RenderOptions(), read_config=lambda _: read)
+    assert declared.said == [
+        "verifier.numHiddenLayers is 36 but its config.json has num_hidden_layers 40: the operator would stop "
+        "this job (Failed, InvalidSpec)."
+    ]
 
 
 def test_a_failed_audit_is_said_and_strict_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,8 +202,10 @@ def test_a_train_jobs_output_is_served_when_the_job_is_rendered_with_it() -> Non
     stage = leader["initContainers"][0]["args"]
     assert stage[:2] == ["stage", "s3://my-drafts/llama-3.1-405b-eagle3"]
     assert leader["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
-    with pytest.raises(cli.UsageError, match=r"render it with train job llama-3\.1-405b-eagle3's manifest"):
+    with pytest.raises(cli.UsageError, match=r"with train job llama-3\.1-405b-eagle3's manifest beside it"):
         render_documents(_docs("llama-3.1-405b-multinode-deployment.yaml"), options)
+    # what the deployment declares stands in for the flags
+    assert render_documents(docs, RenderOptions())[1].children == deployment.children
 
 
 def test_a_folder_renders_every_example_and_skips_the_secret(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import get_args
 
 from speculator_operator.api import labels
+from speculator_operator.api.deployment import DeclaredAlgorithm
 from speculator_operator.api.trainjob import Algorithm as SpecAlgorithm
 from speculator_operator.domain import algorithms
 from speculator_operator.domain.releases import MIN_VLLM_FOR_ALGORITHM
@@ -19,7 +20,8 @@ ALGORITHM_NAMES = {a.value for a in algorithms.Algorithm} | {f.value for f in al
 LABEL_KEYS = {v for k, v in vars(labels).items() if k.isupper() and isinstance(v, str)}
 # the one place a literal must stay: a Literal type the CRD schema is made from (checked against the table below)
 SPELLED_FOR_THE_SCHEMA = {
-    ("api/trainjob.py", 'Algorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]')
+    ("api/trainjob.py", 'Algorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]'),
+    ("api/deployment.py", 'DeclaredAlgorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]'),
 }
 
 
@@ -74,6 +76,8 @@ def test_no_selector_spells_a_label_key_inside_a_string() -> None:
 
 def test_what_is_spelled_for_the_schema_and_derived_agrees_with_the_table() -> None:
     assert get_args(SpecAlgorithm) == algorithms.TRAINABLE
+    served = [a.value for a, row in algorithms.TABLE.items() if row.vllm_method is not None or row.stitched]
+    assert list(get_args(DeclaredAlgorithm)) == served
     assert {a: str(v) for a, v in MIN_VLLM_FOR_ALGORITHM.items()} == {
         a.value: str(row.min_vllm) for a, row in algorithms.TABLE.items() if row.min_vllm is not None
     }

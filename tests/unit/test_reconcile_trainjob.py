@@ -160,6 +160,20 @@ def test_samples_longer_than_the_verifier_takes_are_refused() -> None:
     assert run(obs).status["phase"] == "Preparing"
 
 
+def test_a_verifier_whose_layers_contradict_the_declared_count_stops_the_job_before_any_stage() -> None:
+    dumped = SPEC.model_dump(by_alias=True, exclude_none=True)
+    spec = SpeculatorTrainJobSpec.model_validate({**dumped, "verifier": {**dumped["verifier"], "numHiddenLayers": 40}})
+    p = run(observed(), spec)  # the verifier's config.json says 36
+    assert p.status["phase"] == "Failed"
+    failed = next(c for c in p.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert "numHiddenLayers is 40" in failed["message"]
+    assert "num_hidden_layers 36" in failed["message"]
+    assert p.apply == []
+    declared = {**dumped, "verifier": {**dumped["verifier"], "numHiddenLayers": 36}}
+    assert run(observed(), SpeculatorTrainJobSpec.model_validate(declared)).status["phase"] == "Preparing"
+
+
 def test_unreadable_verifier_waits() -> None:
     p = run(Observed(generation=1, status=S({}), problem=("VerifierUnreadable", "s3://x: 403")))
     assert p.status["phase"] == "Pending"

@@ -10,6 +10,10 @@ from speculator_operator.api.canary import Canary, CanaryStatus
 from speculator_operator.api.common import Condition, Model, SecretRef
 from speculator_operator.api.parallelism import PARALLEL_FLAGS, Layout, Parallelism, layout, layout_rules
 
+# what a draft served by vLLM can be (speculators_model_type; mtp: a head stitched into its verifier), spelled out
+# for the schema (tests/unit/test_one_table.py checks it against the algorithm table)
+DeclaredAlgorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]
+
 # Flags the operator renders itself; extraArgs may not touch them (the CRD's CEL rule says the same).
 OWNED_FLAGS = (
     "--model", "--served-model-name", "--speculative-config", "-sc", "--spec-method", "--spec-model",
@@ -92,6 +96,21 @@ class Speculator(Model):
         description="Name of a SpeculatorTrainJob in this namespace whose output to serve.",
     )
     credentials: SecretRef | None = Field(default=None, description="Secret for the draft's storage (as verifier).")
+    algorithm: DeclaredAlgorithm | None = Field(
+        default=None,
+        description="The draft's algorithm as you expect it (its speculators_model_type; mtp for an MTP head "
+        "stitched into its verifier). Optional: the audit refuses a checkpoint that says otherwise (rule "
+        "declared-draft), so a hub branch that moves cannot swap the kind of draft served, and an offline "
+        "`speculator-operator render` (no network, or a train job not yet published) renders from it.",
+    )
+    speculative_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="The checkpoint's speculative_tokens as you expect it (an MTP model's layer count), for an "
+        "offline render; the audit warns (rule declared-draft) where the checkpoint says otherwise. Not the "
+        "served K: that is serving.numSpeculativeTokens (auto: the checkpoint's own).",
+    )
 
 
 class Cutoff(Model):

@@ -41,6 +41,19 @@ def _preserve(description: str) -> Any:
     return Field(default=None, description=description, json_schema_extra=extra)
 
 
+class TrainVerifier(Verifier):
+    """The target model the draft is trained for."""
+
+    num_hidden_layers: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="The verifier's num_hidden_layers as you expect it. Optional: the job stops (Failed, "
+        "InvalidSpec) before any stage runs if the verifier's config.json says otherwise, and an offline "
+        "`speculator-operator render` (no network) picks the layers to extract from it.",
+    )
+
+
 class PodOptions(Model):
     """Where and how a stage's pods run."""
 
@@ -529,7 +542,7 @@ class SpeculatorTrainJobSpec(Model):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": list(_RULES)})
 
-    verifier: Verifier = Field(json_schema_extra=_immutable("verifier"))
+    verifier: TrainVerifier = Field(json_schema_extra=_immutable("verifier"))
     algorithm: Algorithm = Field(
         description="The draft's algorithm (speculators --speculator-type).", json_schema_extra=_immutable("algorithm")
     )

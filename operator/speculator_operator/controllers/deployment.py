@@ -182,6 +182,7 @@ def _observe_inputs(
         speculative_tokens=None
         if spec.serving.num_speculative_tokens == "auto"
         else int(spec.serving.num_speculative_tokens),
+        declared=(spec.speculator.algorithm, spec.speculator.speculative_tokens),
     )
     metrics.audited("SpeculatorDeployment", obs.audit)
     return obs

@@ -220,6 +220,11 @@ def plan(
         status = evolve(current_status, gen, make_condition(gen, "Ready", False, reason, message), phase="Pending")
         return Plan([], [], status, [("Warning", reason, message)])
     assert obs.verifier_layers is not None
+    declared = spec.verifier.num_hidden_layers
+    if declared is not None and declared != obs.verifier_layers:
+        message = (f"verifier.numHiddenLayers is {declared} but {spec.verifier.model}'s config.json has "
+                   f"num_hidden_layers {obs.verifier_layers}")  # fmt: skip
+        return failed(obs, "InvalidSpec", message)
     if spec.algorithm == Algorithm.MTP.value and obs.verifier_model_type not in MTP_COUNT_KEY:
         message = (
             f"mtp fine-tunes the verifier's native MTP layers and stitches them back for vLLM to serve with method "

@@ -8,7 +8,7 @@ from typing import Any
 
 from speculator_operator.domain.checkpoint import stitched
 from speculator_operator.domain.checkpoint.model import Checkpoint, load_checkpoint
-from speculator_operator.domain.checkpoint.rules import AuditContext, Finding, Severity, run_rules
+from speculator_operator.domain.checkpoint.rules import AuditContext, Finding, Severity, declared_draft, run_rules
 from speculator_operator.domain.checkpoint.sources import Source
 from speculator_operator.domain.releases import Release, Version
 
@@ -56,9 +56,11 @@ def audit(
     allow_lossy: bool = False,
     deep: bool = False,
     speculative_tokens: int | None = None,
+    declared: tuple[str | None, int | None] = (None, None),
 ) -> AuditReport:
     """Run every audit rule (a stitched MTP model's own: checkpoint/stitched.py; `speculative_tokens` is the K
-    it is to be served with). Raises CheckpointError only when the checkpoint cannot be read at all."""
+    it is to be served with; `declared` the algorithm and speculative_tokens the deployment expects). Raises
+    CheckpointError only when the checkpoint cannot be read at all."""
     t0 = time.perf_counter()
     ck = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     pinned = vllm if vllm is not None else (release.vllm_version if release is not None else None)
@@ -71,8 +73,14 @@ def audit(
         vllm=pinned,
         allow_lossy=allow_lossy,
         deep=deep,
+        declared=declared,
     )
-    findings = stitched.findings(ctx, speculative_tokens) if ck.stitched_mtp else run_rules(ctx)
+    if ck.stitched_mtp:
+        findings = stitched.findings(ctx, speculative_tokens)
+        findings += [m if isinstance(m, Finding) else Finding("declared-draft", Severity.ERROR, m)
+                     for m in declared_draft(ctx)]  # fmt: skip
+    else:
+        findings = run_rules(ctx)
     if verifier is None:
         findings.append(
             Finding(

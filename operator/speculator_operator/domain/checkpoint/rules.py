@@ -64,6 +64,7 @@ class AuditContext:
     vllm: Version | None = None
     allow_lossy: bool = False
     deep: bool = False
+    declared: tuple[str | None, int | None] = (None, None)  # the spec's speculator.algorithm/speculativeTokens
     notes: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -403,6 +404,21 @@ def speculative_tokens(ctx: AuditContext) -> Iterator[str]:
         and cfg["num_speculative_steps"] != k
     ):
         yield f"speculative_tokens is {k} but num_speculative_steps is {cfg['num_speculative_steps']}"
+
+
+@rule("declared-draft", Severity.ERROR, "the checkpoint is the algorithm the deployment declares (and its K)")
+def declared_draft(ctx: AuditContext) -> Iterator[str | Finding]:
+    ck = ctx.checkpoint
+    algorithm, tokens = ctx.declared
+    # an MTP head stitched into its verifier is served as mtp with its layer count as K (render/serving.py)
+    found = (Algorithm.MTP.value, ck.mtp_layers) if ck.stitched_mtp else (ck.algorithm, ck.speculative_tokens)
+    if algorithm is not None and found[0] != algorithm:
+        yield f"speculator.algorithm is {algorithm} but the checkpoint is {found[0]}"
+    if tokens is not None and found[1] != tokens:
+        # a warning: K as served follows serving.numSpeculativeTokens (auto: the checkpoint's), so a stale
+        # declaration misleads only an offline render
+        yield Finding("declared-draft", Severity.WARNING, f"speculator.speculativeTokens is {tokens} but the "
+                      f"checkpoint's is {found[1]}: auto serves the checkpoint's")  # fmt: skip
 
 
 @rule("mask-token", Severity.ERROR, "P-EAGLE and DFlash-family drafts carry the mask_token_id vLLM requires")
