@@ -73,6 +73,25 @@ def test_a_draft_that_fails_its_audit_gets_no_pods(
     assert "fc-shape" in events[0]["message"]
 
 
+def test_a_draft_of_another_kind_than_declared_fails_its_audit(
+    cluster: Cluster, operator: KopfRunner, store: dict[str, str], namespace: str, creds: str
+) -> None:
+    """The good EAGLE-3 draft (K 3) under a spec that declares a DFlash draft with K 7: the kind is an error, K a
+    warning, and no pod is made."""
+    doc = json.loads(sdep("swapped", store, "good", creds))
+    doc["spec"]["speculator"] |= {"algorithm": "dflash", "speculativeTokens": 7}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Failed", "sdep/swapped", "--timeout=120s")
+    st = get(cluster, namespace, "sdep/swapped")["status"]
+    assert {c["type"]: c for c in st["conditions"]}["Audited"]["reason"] == "AuditFailed"
+    declared = {(f["severity"], f["message"]) for f in st["audit"]["findings"] if f["rule"] == "declared-draft"}
+    assert declared == {
+        ("error", "speculator.algorithm is dflash but the checkpoint is eagle3"),
+        ("warning", "speculator.speculativeTokens is 7 but the checkpoint's is 3: auto serves the checkpoint's"),
+    }
+    assert cluster.kubectl("get", "-n", namespace, "deployment/swapped", check=False).returncode != 0
+
+
 def _events(cluster: Cluster, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
     items = get(cluster, namespace, "events")["items"]
     found = [e for e in items if e["involvedObject"].get("name") == name and e["reason"] == reason]
