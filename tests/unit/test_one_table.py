@@ -13,7 +13,7 @@ from speculator_operator.api import labels
 from speculator_operator.api.deployment import DeclaredAlgorithm
 from speculator_operator.api.trainjob import Algorithm as SpecAlgorithm
 from speculator_operator.domain import algorithms
-from speculator_operator.domain.releases import MIN_VLLM_FOR_ALGORITHM
+from speculator_operator.domain.releases import VLLM_ALGORITHMS
 
 PACKAGE = Path(algorithms.__file__).resolve().parents[1]
 ALGORITHM_NAMES = {a.value for a in algorithms.Algorithm} | {f.value for f in algorithms.Family}
@@ -78,8 +78,10 @@ def test_what_is_spelled_for_the_schema_and_derived_agrees_with_the_table() -> N
     assert get_args(SpecAlgorithm) == algorithms.TRAINABLE
     served = [a.value for a, row in algorithms.TABLE.items() if row.vllm_method is not None or row.stitched]
     assert list(get_args(DeclaredAlgorithm)) == served
-    assert {a: str(v) for a, v in MIN_VLLM_FOR_ALGORITHM.items()} == {
-        a.value: str(row.min_vllm) for a, row in algorithms.TABLE.items() if row.min_vllm is not None
+    assert {a: (str(s.first), s.removed and str(s.removed)) for a, s in VLLM_ALGORITHMS.items()} == {
+        a.value: (str(row.min_vllm), row.removed_vllm and str(row.removed_vllm))
+        for a, row in algorithms.TABLE.items()
+        if row.min_vllm is not None
     }
     # every algorithm vLLM loads as a draft has a minimum vLLM, and one served stitched has none
     for name, row in algorithms.TABLE.items():

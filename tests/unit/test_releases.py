@@ -10,11 +10,10 @@ from speculator_operator.domain.releases import (
     ReleaseError,
     Version,
     get_release,
-    has_disable_by_batch_size,
-    has_per_batch_size_schedule,
     package_tag,
     release_for,
     supported,
+    supports,
 )
 
 
@@ -48,10 +47,22 @@ def test_unknown_and_unverified_requests_name_the_supported_ones() -> None:
 
 
 def test_cut_off_knobs_by_version() -> None:
-    assert has_disable_by_batch_size(Version.parse("0.16.0"))
-    assert not has_disable_by_batch_size(Version.parse("0.17.0"))
-    assert not has_per_batch_size_schedule(Version.parse("0.23.1"))
-    assert has_per_batch_size_schedule(Version.parse("0.24.0"))
+    assert supports(Version.parse("0.16.0"), "disable_by_batch_size")
+    assert not supports(Version.parse("0.17.0"), "disable_by_batch_size")
+    assert not supports(Version.parse("0.23.1"), "num_speculative_tokens_per_batch_size")
+    assert supports(Version.parse("0.24.0"), "num_speculative_tokens_per_batch_size")
+
+
+def test_a_span_covers_its_first_release_and_none_from_its_removal() -> None:
+    """One mechanism for what differs between releases: P-EAGLE's parallel drafting from 0.16.0 to before 0.34.0."""
+    assert [supports(Version.parse(v), "parallel_drafting") for v in ("0.15.1", "0.16.0", "0.33.0", "0.34.0")] == [
+        False, True, True, False,
+    ]  # fmt: skip
+    assert supports(Version.parse("0.33.0"), "model_runner_v1")
+    assert not supports(Version.parse("0.34.0"), "model_runner_v1")
+    release = get_release()
+    assert release.serving_refusal("peagle") is None  # 0.32 serves it
+    assert release.serving_refusal("xpress") == "vLLM 0.32.0 has no xpress drafter"
 
 
 def test_version_ordering() -> None:

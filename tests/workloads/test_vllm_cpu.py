@@ -17,7 +17,7 @@ import pytest
 
 from speculator_harness.cluster import CACHE, free_port, tail
 from speculator_operator.domain.economics import schedule_from_cutoff
-from speculator_operator.domain.releases import get_release, has_disable_by_batch_size, has_per_batch_size_schedule
+from speculator_operator.domain.releases import get_release, supports
 from speculator_operator.telemetry.acceptance import parse_sample
 
 from ..xstate import XTILEDATA, held_at_start, offered, on_x86_64_linux
@@ -99,7 +99,7 @@ def test_pinned_vllm_serves_a_speculators_draft_with_the_cut_off(
     vllm_env: Path, dry_run_checkpoints: dict[str, Path], server_log: Path
 ) -> None:
     release = get_release()
-    assert has_per_batch_size_schedule(release.vllm_version)
+    assert supports(release.vllm_version, "num_speculative_tokens_per_batch_size")
     schedule = schedule_from_cutoff(3, max_batch_size=4, max_num_seqs=8).as_list()
     spec = {"method": "eagle3", "model": str(dry_run_checkpoints["eagle3"]), "num_speculative_tokens": 3,
             "num_speculative_tokens_per_batch_size": schedule}  # fmt: skip
@@ -143,7 +143,7 @@ def test_pinned_vllm_refuses_disable_by_batch_size(
     vllm_env: Path, dry_run_checkpoints: dict[str, Path], server_log: Path
 ) -> None:
     release = get_release()
-    assert not has_disable_by_batch_size(release.vllm_version)
+    assert not supports(release.vllm_version, "disable_by_batch_size")
     spec = {"method": "eagle3", "model": str(dry_run_checkpoints["eagle3"]), "num_speculative_tokens": 3,
             "disable_by_batch_size": 4}  # fmt: skip
     log = refused_at_start(vllm_env, dry_run_checkpoints["verifier"], spec, server_log)

@@ -45,14 +45,26 @@ class Spec:
     parallel: bool  # all K tokens in one draft pass (else one pass per token): the K rule of the economics
     mask_token: bool  # its config must name mask_token_id (the audit)
     stitched: bool = False  # served as the verifier with its own layers put back (`speculators stitch-mtp`)
+    removed_vllm: Version | None = None  # the first vLLM that no longer serves it (None: every one since min_vllm)
 
 
 # min_vllm, from the released vLLM wheels: eagle3 passes the aux layer ids through since 0.12.0 (0.10.1 served
 # the defaults only); peagle is speculators' `peagle` type in 0.22.0; dflash is native since 0.20.0 but the
 # layer-index fix (#40727) is in 0.22.0; dspark came in 0.25.0; dflash2 is speculators' `dflash2` type in 0.29.0.
+# removed_vllm: 0.34.0 refuses speculators' `peagle` type ("P-EAGLE ... is not supported", transformers_utils/configs/
+# speculators/algos.py) and `parallel_drafting` with eagle3 (config/speculative.py); 0.33.0 still serves both.
 TABLE: dict[Algorithm, Spec] = {
     Algorithm.EAGLE3: Spec(Family.EAGLE, True, True, "eagle3", Version("0.12.0"), parallel=False, mask_token=False),
-    Algorithm.PEAGLE: Spec(Family.EAGLE, True, False, "eagle3", Version("0.22.0"), parallel=True, mask_token=True),
+    Algorithm.PEAGLE: Spec(
+        Family.EAGLE,
+        True,
+        False,
+        "eagle3",
+        Version("0.22.0"),
+        parallel=True,
+        mask_token=True,
+        removed_vllm=Version("0.34.0"),
+    ),
     Algorithm.DFLASH: Spec(Family.DFLASH, True, True, "dflash", Version("0.22.0"), parallel=True, mask_token=True),
     Algorithm.DFLASH2: Spec(Family.DFLASH, True, False, "dflash", Version("0.29.0"), parallel=True, mask_token=True),
     Algorithm.DSPARK: Spec(Family.DFLASH, True, False, "dspark", Version("0.25.0"), parallel=True, mask_token=True),

@@ -4,7 +4,8 @@ One source for these facts: the renderer, the audit and the images' version pins
 A release is usable only if CI has verified it; asking for anything else is an error that names
 the supported releases.
 
-Minimum vLLM versions come from diffs of the released vLLM wheels (docs/reference/vllm.md §3.2).
+The vLLM releases that have a feature or serve an algorithm (Span, VLLM_FEATURES, VLLM_ALGORITHMS) come from
+diffs of the released vLLM wheels (docs/reference/vllm.md §3.2).
 """
 
 from __future__ import annotations
@@ -94,41 +95,59 @@ def V(text: str) -> Version:
     return Version.parse(text)
 
 
-# The first vLLM release that serves each speculators algorithm correctly as a draft (the algorithm table's).
-MIN_VLLM_FOR_ALGORITHM: dict[str, Version] = {
-    a.value: Version.parse(str(row.min_vllm)) for a, row in TABLE.items() if row.min_vllm is not None
+@dataclass(frozen=True)
+class Span:
+    """The vLLM releases that have something: from `first`, the first released wheel that has it, up to
+    `removed`, the first that no longer does (None: every later one). Both come from diffs of the released wheels
+    (docs/reference/vllm.md §3.2). Every fact that differs between releases is one Span, asked of the release's
+    pinned vLLM (Release.has, supports): the one mechanism for per-release facts."""
+
+    first: Version
+    removed: Version | None = None
+
+    def covers(self, vllm: Version) -> bool:
+        return self.first <= vllm and (self.removed is None or vllm < self.removed)
+
+    def why_not(self, vllm: Version, what: str) -> str | None:
+        """Why vLLM `vllm` lacks `what`, or None."""
+        if vllm < self.first:
+            return f"{what} needs vLLM >= {self.first}, the pinned vLLM is {vllm}"
+        if self.removed is not None and vllm >= self.removed:
+            return f"vLLM {self.removed} removed {what}; the pinned vLLM is {vllm}"
+        return None
+
+
+# Which vLLM releases serve each speculators algorithm as a draft (the algorithm table's min_vllm and removed_vllm).
+VLLM_ALGORITHMS: dict[str, Span] = {
+    a.value: Span(Version.parse(str(row.min_vllm)), None if row.removed_vllm is None else V(str(row.removed_vllm)))
+    for a, row in TABLE.items()
+    if row.min_vllm is not None
 }
 
-# The first vLLM release that honours a checkpoint or serving feature.
-MIN_VLLM_FOR_FEATURE: dict[str, Version] = {
-    "eagle3-qwen3-decoder": V("0.24.0"),  # arch map; before, qwen3 drafts failed on k_norm
-    "norm_before_fc": V("0.19.0"),
-    "fc_norm": V("0.25.0"),
-    "norm_output": V("0.25.0"),
-    "sliding_window_non_causal": V("0.26.0"),  # read into dflash_config.causal
-    "sample_from_anchor": V("0.27.0"),
-    "parallel_drafting": V("0.16.0"),
-    "num_speculative_tokens_per_batch_size": V("0.24.0"),  # dynamic SD: the load cut-off
-    "extract_hidden_states": V("0.17.0"),
-    "attention_backend": V("0.22.0"),
-    "kv_cache_dtype": V("0.26.0"),
-    "enable_scale_out_flag": V("0.30.0"),  # render endpoint for prepare-data
+# Which vLLM releases honour a checkpoint or serving feature, or accept a key the renderer might write.
+VLLM_FEATURES: dict[str, Span] = {
+    "eagle3-qwen3-decoder": Span(V("0.24.0")),  # arch map; before, qwen3 drafts failed on k_norm
+    "norm_before_fc": Span(V("0.19.0")),
+    "fc_norm": Span(V("0.25.0")),
+    "norm_output": Span(V("0.25.0")),
+    "sliding_window_non_causal": Span(V("0.26.0")),  # read into dflash_config.causal
+    "sample_from_anchor": Span(V("0.27.0")),
+    # P-EAGLE: from 0.34.0 deprecated, without effect, and refused with eagle3 (config/speculative.py)
+    "parallel_drafting": Span(V("0.16.0"), V("0.34.0")),
+    "num_speculative_tokens_per_batch_size": Span(V("0.24.0")),  # dynamic SD: the load cut-off
+    # V0's cut-off: accepted but unused by the V1 engine, then an unknown key that stops the server at start-up
+    "disable_by_batch_size": Span(V("0.0.0"), V("0.17.0")),
+    "extract_hidden_states": Span(V("0.17.0")),
+    "attention_backend": Span(V("0.22.0")),
+    "kv_cache_dtype": Span(V("0.26.0")),
+    "enable_scale_out_flag": Span(V("0.30.0")),  # render endpoint for prepare-data
+    # Model Runner V1 (the fallback for what V2 lacks; docs/reference/vllm.md): gone in 0.34.0, V2 is the only one
+    "model_runner_v1": Span(V("0.0.0"), V("0.34.0")),
 }
-
-# `disable_by_batch_size` exists only below this version; from it on, it stops the server at start.
-DISABLE_BY_BATCH_SIZE_REMOVED_IN = V("0.17.0")
-
-
-def has_disable_by_batch_size(vllm: Version) -> bool:
-    return vllm < DISABLE_BY_BATCH_SIZE_REMOVED_IN
-
-
-def has_per_batch_size_schedule(vllm: Version) -> bool:
-    return vllm >= MIN_VLLM_FOR_FEATURE["num_speculative_tokens_per_batch_size"]
 
 
 def supports(vllm: Version, feature: str) -> bool:
-    return vllm >= MIN_VLLM_FOR_FEATURE[feature]
+    return VLLM_FEATURES[feature].covers(vllm)
 
 
 @dataclass(frozen=True)
@@ -179,6 +198,17 @@ class Release:
     @property
     def vllm_version(self) -> Version:
         return Version.parse(self.vllm)
+
+    def has(self, feature: str) -> bool:
+        """Whether this release's vLLM has `feature` (VLLM_FEATURES)."""
+        return supports(self.vllm_version, feature)
+
+    def serving_refusal(self, algorithm: str) -> str | None:
+        """Why this release's vLLM cannot serve `algorithm` as a draft, or None (VLLM_ALGORITHMS)."""
+        span = VLLM_ALGORITHMS.get(algorithm)
+        if span is None:
+            return f"vLLM {self.vllm} has no {algorithm} drafter"
+        return span.why_not(self.vllm_version, algorithm)
 
     def image(self, role: str, variant: str = "cuda") -> str:
         """The image a pod of `role` runs: `reference()`, pinned to its digest where SPECULATOR_IMAGE_DIGESTS

@@ -32,7 +32,7 @@ from speculator_operator.domain.algorithms import MTP_METHOD, SERVED_AS_DRAFT, A
 from speculator_operator.domain.checkpoint.manifest import Kind, Manifest
 from speculator_operator.domain.checkpoint.model import Checkpoint
 from speculator_operator.domain.economics import schedule_from_cutoff
-from speculator_operator.domain.releases import Release, Version, has_per_batch_size_schedule, pinned, supports
+from speculator_operator.domain.releases import VLLM_FEATURES, Release, Version, pinned, supports
 from speculator_operator.render import group
 
 PORT = 8000
@@ -151,8 +151,9 @@ def draft_config(draft: Draft, vllm: Version, k: int, draft_path: str) -> dict[s
     else:
         config = {"method": METHOD[algo], "model": draft_path, "num_speculative_tokens": k}
     if algo == Algorithm.PEAGLE:
-        if not supports(vllm, "parallel_drafting"):
-            raise RenderError(f"P-EAGLE needs parallel_drafting (vLLM >= 0.16), the release pins {vllm}")
+        refusal = VLLM_FEATURES["parallel_drafting"].why_not(vllm, "P-EAGLE's parallel_drafting")
+        if refusal:
+            raise RenderError(refusal)
         config["parallel_drafting"] = True
     return config
 
@@ -180,10 +181,10 @@ def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any] 
                 f"parallelism and serves K={k} at every batch size; no schedule is rendered")  # fmt: skip
         notes.append((SCHEDULE_OFF, said))
         return config, notes
-    if tuned_schedule and has_per_batch_size_schedule(vllm):
+    if tuned_schedule and supports(vllm, "num_speculative_tokens_per_batch_size"):
         config["num_speculative_tokens_per_batch_size"] = [list(r) for r in tuned_schedule]
     elif cutoff is not None:
-        if has_per_batch_size_schedule(vllm):
+        if supports(vllm, "num_speculative_tokens_per_batch_size"):
             schedule = schedule_from_cutoff(k, cutoff.max_batch_size, inputs.spec.serving.max_num_seqs)
             config["num_speculative_tokens_per_batch_size"] = schedule.as_list()
         else:

@@ -26,11 +26,7 @@ from speculator_operator.domain.algorithms import (
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE, select
 from speculator_operator.domain.checkpoint.model import Checkpoint
 from speculator_operator.domain.checkpoint.safetensors_header import TensorInfo
-from speculator_operator.domain.releases import (
-    MIN_VLLM_FOR_ALGORITHM,
-    MIN_VLLM_FOR_FEATURE,
-    Version,
-)
+from speculator_operator.domain.releases import VLLM_ALGORITHMS, VLLM_FEATURES, Version, supports
 
 KNOWN_TYPES = KNOWN
 EAGLE_DECODERS = ("llama", "qwen3")
@@ -601,8 +597,8 @@ def vllm_loadable(ctx: AuditContext) -> Iterator[str]:
         'serve that with {"method": "mtp"}'
     elif algo == Algorithm.XPRESS:
         yield f"vLLM {vllm} has no xpress drafter"
-    elif algo in MIN_VLLM_FOR_ALGORITHM and vllm < MIN_VLLM_FOR_ALGORITHM[algo]:
-        yield f"{algo} needs vLLM >= {MIN_VLLM_FOR_ALGORITHM[algo]}, the pinned vLLM is {vllm}"
+    elif algo in VLLM_ALGORITHMS and (refusal := VLLM_ALGORITHMS[algo].why_not(vllm, algo)):
+        yield refusal
 
 
 @rule("vllm-features", Severity.ERROR, "the pinned vLLM honours every feature the checkpoint uses", needs="vllm")
@@ -621,7 +617,7 @@ def vllm_features(ctx: AuditContext) -> Iterator[str]:
     if ck.algorithm == Algorithm.DSPARK and ck.config.get("sample_from_anchor") is not None:
         used.append(("sample_from_anchor", "sample_from_anchor"))
     for feature, what in used:
-        need = MIN_VLLM_FOR_FEATURE[feature]
+        need = VLLM_FEATURES[feature].first
         if vllm < need:
             yield f"{what} needs vLLM >= {need}; the pinned vLLM {vllm} would ignore it and serve a different model"
 
@@ -691,7 +687,8 @@ def vllm_runner(ctx: AuditContext) -> Iterator[str]:
         needs.append("mixed sliding-window and full-attention layers")
     if ck.algorithm == Algorithm.DSPARK:
         needs.append("a DSpark draft")
-    if needs:
+    assert ctx.vllm is not None
+    if needs and supports(ctx.vllm, "model_runner_v1"):  # from 0.34.0 the V2 runner is the only one
         yield (
             f"{'; '.join(needs)}: served by vLLM {ctx.vllm}'s V2 model runner only (its default where Triton is, "
             "as on GPUs); the V1 runner refuses the draft at start-up"
