@@ -12,6 +12,7 @@ and the diff of those files is part of its review.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.cli import RenderOptions, format_rendered, render_documents
 from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.checkpoint.manifest import FileEntry, Manifest
-from speculator_operator.domain.releases import get_release
+from speculator_operator.domain.releases import Release, get_release
 from speculator_operator.render import serving, training
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,9 +57,18 @@ def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# the release every case renders with instead of its spec's (None: the spec's): `rendered_for` sets it, for the
+# images tier's check of another release's vLLM against the same cases (hack/qualify-release)
+RELEASE: Release | None = None
+
+
+def _release(name: str | None) -> Release:
+    return RELEASE or get_release(name)
+
+
 def _train(name: str, spec: dict[str, Any], layers: int = 36) -> list[dict[str, Any]]:
     parsed = SpeculatorTrainJobSpec.model_validate(spec)
-    release = get_release(parsed.release)
+    release = _release(parsed.release)
     inputs = training.Inputs(name, "ml", parsed, release, "abc123", layers, "uid-1", verifier_content="s3:ver")
     return training.render_all(inputs)
 
@@ -93,7 +103,7 @@ TRAIN_CASES: dict[str, dict[str, Any]] = {
 
 def _serve(name: str, spec: dict[str, Any], draft: serving.Draft) -> list[dict[str, Any]]:
     parsed = SpeculatorDeploymentSpec.model_validate(spec)
-    inputs = serving.Inputs(name, "ns", parsed, get_release(parsed.release), draft, "v" * 40, "uid-1")
+    inputs = serving.Inputs(name, "ns", parsed, _release(parsed.release), draft, "v" * 40, "uid-1")
     return serving.render(inputs).children
 
 
@@ -159,6 +169,8 @@ def _unreadable(location: str, **_: Any) -> NoReturn:
 
 def _gpu(files: tuple[str, ...], options: RenderOptions) -> str:
     docs = [(f, d) for f in files for d in yaml.safe_load_all((GPU / f).read_text()) if d]
+    if RELEASE is not None:
+        options = dataclasses.replace(options, release=RELEASE.name)
     return format_rendered(render_documents(docs, options, audit_draft=_unreadable, read_config=_unreadable))
 
 
@@ -178,6 +190,23 @@ def cases() -> Iterator[tuple[str, Callable[[], list[dict[str, Any]] | str]]]:
         yield name, lambda name=name, over=over, draft=draft: _serve(name, _merged(SERVE_BASE, over), draft)
     for name, (files, options) in GPU_CASES.items():
         yield name, lambda files=files, options=options: _gpu(files, options)
+
+
+def rendered_for(release: Release) -> Iterator[tuple[str, list[dict[str, Any]] | Exception]]:
+    """Every case rendered with `release` instead of its spec's: (case, its documents, or what the renderer refused
+    it with: a release whose vLLM lacks a feature refuses the cases that need it)."""
+    global RELEASE
+    RELEASE = release
+    try:
+        for name, fn in cases():
+            try:
+                out = fn()
+            except Exception as exc:
+                yield name, exc
+                continue
+            yield name, [d for d in yaml.safe_load_all(out) if d] if isinstance(out, str) else out
+    finally:
+        RELEASE = None
 
 
 def render_case(fn: Callable[[], list[dict[str, Any]] | str]) -> str:

@@ -32,7 +32,11 @@ def _error(exc: BaseException) -> str:
 
 def check(args: list[str]) -> list[dict[str, Any]]:
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+
+    try:  # vLLM 0.34 moved the frontend's arguments to entrypoints/common
+        from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+    except ImportError:
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     steps: list[dict[str, Any]] = []

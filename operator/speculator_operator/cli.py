@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from speculator_operator import __version__
 from speculator_operator.api.common import GROUP as API_GROUP
+from speculator_operator.commands import releases as releases_command
 from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.checkpoint import (
     AuditReport,
@@ -27,7 +28,7 @@ from speculator_operator.domain.checkpoint import (
 )
 from speculator_operator.domain.economics import break_even_alpha, draft_forwards
 from speculator_operator.domain.priors import pair_load, pair_size, prior
-from speculator_operator.domain.releases import ReleaseError, get_release, release_for
+from speculator_operator.domain.releases import Release, ReleaseError, get_release, release_for, release_row
 from speculator_operator.domain.sweep import device_class
 from speculator_operator.render.serving import RenderError
 
@@ -106,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument(
         "--strict", action="store_true", help="an unreadable checkpoint or verifier is an error even with the "
         "options above, and a failed audit exits 1"
+    )  # fmt: skip
+    rd.add_argument(
+        "--release", metavar="NAME", help="render with this release of the table instead of the spec's, whatever "
+        "its level (`speculator-operator releases`): a preview of a move; the operator refuses an Unqualified one"
     )  # fmt: skip
     rd.add_argument(
         "--image-pull-secret",
@@ -249,7 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
         "images",
         help="print the image references of a release (what hack/build-images tags and the renderers use)",
     )
-    im.add_argument("--release", metavar="NAME", help="default: the default release")
+    im.add_argument("--release", metavar="NAME", help="default: the default release (any level: qualification)")
+    im.add_argument(
+        "--build-args",
+        action="store_true",
+        help="print the release's pins as the Dockerfiles' build arguments (KEY=VALUE lines) instead",
+    )
+    releases_command.add_parser(sub)
 
     c = sub.add_parser("crds", help="print the CustomResourceDefinitions (or write them into a folder)")
     c.add_argument("--output-dir", metavar="DIR", help="write one YAML file per CRD here (as in crds/)")
@@ -278,8 +289,16 @@ def _crds(args: argparse.Namespace) -> int:
 def _images(args: argparse.Namespace) -> int:
     from speculator_operator.domain.releases import operator_reference
 
-    # by tag: what hack/build-images tags and pushes (the pods run them pinned to the pushed digests)
-    release = get_release(args.release)
+    # by tag: what hack/build-images tags and pushes (the pods run them pinned to the pushed digests); any row of the
+    # table, whatever its level: an unqualified release's images are what hack/qualify-release checks
+    release = release_row(args.release) if args.release else get_release()
+    if args.build_args:
+        for key, value in (("SPECULATOR_RELEASE", release.name), ("VLLM_VERSION", release.vllm),
+                           ("TORCH_VERSION", release.torch), ("TRANSFORMERS_VERSION", release.transformers),
+                           ("SPECULATORS_VERSION", release.speculators),
+                           ("HS_CONNECTORS_VERSION", release.hs_connectors)):  # fmt: skip
+            print(f"{key}={value}")
+        return 0
     print(f"operator {operator_reference()}")
     print(f"trainer {release.reference('trainer')}")
     print(f"server {release.reference('server')}")
@@ -298,6 +317,7 @@ class RenderOptions:
     namespace: str | None = None
     strict: bool = False  # an unread checkpoint or verifier, or a failed audit, is an error
     pull_secrets: tuple[str, ...] = ()  # the Secrets every rendered pod pulls its images with
+    release: str | None = None  # render with this release instead of the spec's (any level of the table)
 
 
 @dataclass
@@ -330,6 +350,7 @@ def _render(args: argparse.Namespace) -> int:
         namespace=args.namespace,
         strict=args.strict,
         pull_secrets=_pull_secrets(args),
+        release=args.release,
     )
     rendered = render_documents(docs, options)
     for r in rendered:
@@ -437,7 +458,7 @@ def _render_deployment(
     except ValidationError as exc:
         raise _spec_error(where, exc) from None
     name = meta.get("name") or "unnamed"
-    release = get_release(spec.release)
+    release = _release_of(spec.release, options)
     # what the render needs of a draft it cannot read: the flags, else what the spec declares of it
     declared: tuple[str | None, int | None] = (spec.speculator.algorithm, spec.speculator.speculative_tokens)
     algorithm, tokens = declared
@@ -499,6 +520,11 @@ def _render_deployment(
     return Rendered("SpeculatorDeployment", name, result.children, said, list(result.notes))
 
 
+def _release_of(named: str | None, options: RenderOptions) -> Release:
+    """--release (any row of the table: a preview of what a release would render), else the spec's."""
+    return release_row(options.release) if options.release else get_release(named)
+
+
 def _spec_error(file: str, exc: Any) -> UsageError:
     first = exc.errors()[0]
     return UsageError(f"{file}: spec.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
@@ -518,7 +544,7 @@ def _render_trainjob(
     except ValidationError as exc:
         raise _spec_error(where, exc) from None
     name = meta.get("name") or "unnamed"
-    release = get_release(spec.release)
+    release = _release_of(spec.release, options)
     revision = options.verifier_revision
     # what the render needs of a verifier it cannot read: the flag, else what the spec declares of it
     layers = options.verifier_layers or spec.verifier.num_hidden_layers
@@ -732,6 +758,8 @@ def main(argv: list[str] | None = None) -> int:
             return _crds(args)
         if args.command == "images":
             return _images(args)
+        if args.command == "releases":
+            return releases_command.run(args)
         if args.command == "render":
             return _render(args)
         if args.command == "run":

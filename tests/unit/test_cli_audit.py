@@ -94,7 +94,7 @@ def test_errors_exit_1_and_name_the_rule(tmp_path: Path, verifier_file: Path) ->
         (["audit", "/nonexistent/ckpt"], "/nonexistent/ckpt: no such directory"),
         (["audit", "s4://bucket/x"], "unsupported scheme"),
         (["audit", "{ck}", "--release", "nope"], "unknown release 'nope'; supported:"),
-        (["audit", "{ck}", "--vllm", "0.33.0"], "not a combination CI has verified"),
+        (["audit", "{ck}", "--vllm", "0.34.0"], "not a combination this project has qualified"),
         (["audit", "{ck}", "--verifier-config", "/nonexistent.json"], "No such file"),
         (["audit", "{ck}", "--format", "yaml"], "invalid choice: 'yaml'"),
         (["audit"], "the following arguments are required: SOURCE"),

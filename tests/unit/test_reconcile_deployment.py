@@ -11,6 +11,7 @@ import pytest
 
 from speculator_operator.api.common import stored
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
+from speculator_operator.domain import qualification
 from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import Problem
@@ -89,6 +90,27 @@ def test_passing_audit_renders_children_and_waits_for_replicas(good: Any) -> Non
                  Observed(3, ready.status, "v1", good, child=child(p.status.revision, 2)))  # fmt: skip
     assert again.status == ready.status
     assert again.events == []
+
+
+def test_the_releases_level_is_in_status_and_said_once_per_release(
+    good: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    served = plan("q", "ns", "uid", SPEC, get_release(), Observed(generation=1, status=S(), verifier_revision="v1",
+                                                                  audit=good))  # fmt: skip
+    assert (served.status.release, served.status.release_level) == ("2026.11-vllm0.32", "Served")
+    assert [e[:2] for e in served.events if e[1].startswith("Release")] == [("Normal", "ReleaseServed")]
+    again = plan("q", "ns", "uid", SPEC, get_release(), Observed(1, served.status, "v1", good))
+    assert [e for e in again.events if e[1].startswith("Release")] == []
+    # a move to a release qualified without a device: its level in status, and a warning, once
+    monkeypatch.setattr(qualification, "EVIDENCE_DIR", tmp_path)
+    (tmp_path / "2026.12-vllm0.34.json").write_text(json.dumps({
+        "release": "2026.12-vllm0.34", "recorded": "2026-12-07", "machine": "m", "command": "c", "images": {},
+        "checks": [{"name": "all", "passed": True}], "served": "not served"}))  # fmt: skip
+    checked = get_release("2026.12-vllm0.34")
+    moved = plan("q", "ns", "uid", SPEC, checked, Observed(2, served.status, "v1", good))
+    assert (moved.status.release, moved.status.release_level) == ("2026.12-vllm0.34", "Checked")
+    assert [e[:2] for e in moved.events if e[1].startswith("Release")] == [("Warning", "ReleaseChecked")]
+    assert moved.status.revision != served.status.revision  # the release is part of the revision: one rollout
 
 
 def test_failing_audit_creates_nothing_or_keeps_the_last_good_pair(bad: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from speculator_operator.api.common import stored
 from speculator_operator.api.podcontract import StageReport
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
-from speculator_operator.domain.releases import get_release
+from speculator_operator.domain.releases import get_release, release_row
 from speculator_operator.planning.trainjob import (
     Observed,
     handoff_offer,
@@ -172,6 +172,19 @@ def test_a_verifier_whose_layers_contradict_the_declared_count_stops_the_job_bef
     assert p.apply == []
     declared = {**dumped, "verifier": {**dumped["verifier"], "numHiddenLayers": 36}}
     assert run(observed(), SpeculatorTrainJobSpec.model_validate(declared)).status["phase"] == "Preparing"
+
+
+def test_a_job_whose_release_cannot_serve_its_algorithm_is_refused_before_any_stage() -> None:
+    """P-EAGLE trains with speculators, but vLLM 0.34 no longer serves it: neither the evaluate stage nor a
+    deployment could load the result."""
+    spec = SpeculatorTrainJobSpec.model_validate({**SPEC.model_dump(by_alias=True, exclude_none=True),
+                                                  "algorithm": "peagle"})  # fmt: skip
+    p = plan("q", "ml", "uid", spec, release_row("2026.12-vllm0.34"), observed())
+    failed = next(c for c in p.status.conditions if c.type == "Failed")
+    assert (p.status.phase, failed.reason) == ("Failed", "InvalidSpec")
+    assert "vLLM 0.34.0 removed peagle" in failed.message
+    assert p.apply == []
+    assert plan("q", "ml", "uid", spec, get_release(), observed()).status.phase == "Preparing"  # 0.32 serves it
 
 
 def test_unreadable_verifier_waits() -> None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from speculator_operator.domain import qualification
+from speculator_operator.domain.qualification import Level
 from speculator_operator.domain.releases import (
     DEFAULT_RELEASE,
     RELEASES,
@@ -12,38 +17,72 @@ from speculator_operator.domain.releases import (
     get_release,
     package_tag,
     release_for,
+    release_row,
     supported,
     supports,
 )
 
 
-def test_default_release_is_verified_and_pins_everything() -> None:
+def test_default_release_is_served_and_pins_everything() -> None:
     r = get_release()
     assert r.name == DEFAULT_RELEASE
-    assert r.verified
+    assert r.level is Level.SERVED
     assert (r.speculators, r.hs_connectors) == ("0.9.0", "0.9.0")
     assert r.vllm_version >= Version.parse("0.32.0")
     for role in ("trainer", "extraction", "server"):
         assert r.image(role).endswith(f":{r.name}-{package_tag()}")  # the release and this package's version
 
 
-def test_unknown_and_unverified_requests_name_the_supported_ones() -> None:
+def test_unknown_and_unqualified_requests_name_the_supported_ones(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(qualification, "EVIDENCE_DIR", tmp_path)  # no release has evidence
     names = ", ".join(x.name for x in supported())
+    assert names == DEFAULT_RELEASE
     with pytest.raises(ReleaseError, match="unknown release 'nope'") as err:
         get_release("nope")
     assert names.split(",")[0] in str(err.value)
-    unverified = [r for r in RELEASES.values() if not r.verified]
-    assert unverified, "the table should show what an unverified release looks like"
-    with pytest.raises(ReleaseError, match="has not been verified") as err:
-        get_release(unverified[0].name)
+    unqualified = [r for r in RELEASES.values() if r.level is Level.UNQUALIFIED]
+    assert [r.name for r in unqualified] == ["2026.12-vllm0.34"]
+    with pytest.raises(
+        ReleaseError, match=r"has not been qualified \(hack/qualify-release 2026\.12-vllm0\.34\)"
+    ) as err:
+        get_release(unqualified[0].name)
     assert DEFAULT_RELEASE in str(err.value)
-    with pytest.raises(ReleaseError, match="not a combination CI has verified"):
-        release_for(vllm=unverified[0].vllm)
+    with pytest.raises(ReleaseError, match="not a combination this project has qualified"):
+        release_for(vllm=unqualified[0].vllm)
     with pytest.raises(ReleaseError, match=r"no release pins vLLM 0\.11\.0"):
         release_for(vllm="0.11.0")
     with pytest.raises(ReleaseError, match="not a version"):
         release_for(vllm="latest")
     assert release_for(vllm="0.32.0").name == DEFAULT_RELEASE
+    assert release_row("2026.12-vllm0.34").vllm == "0.34.0"  # qualification reads the row of any level
+
+
+def test_passed_evidence_makes_a_release_without_a_cpu_build_checked_and_a_failed_check_does_not(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(qualification, "EVIDENCE_DIR", tmp_path)
+    installed = {"torch": "2.14.0", "vllm": "0.34.0"}
+    image = {"reference": "r/server:x", "digest": "sha256:" + "a" * 64, "stack": qualification.stack_digest(installed),
+             "installed": installed}  # fmt: skip
+    record = {"release": "2026.12-vllm0.34", "recorded": "2026-12-07", "machine": "m", "command": "c",
+              "images": {"server": image}, "checks": [{"name": "versions", "passed": True}],
+              "served": "no CPU build"}  # fmt: skip
+    (tmp_path / "2026.12-vllm0.34.json").write_text(json.dumps(record))
+    assert get_release("2026.12-vllm0.34").level is Level.CHECKED
+    record["checks"].append({"name": "vllm-parser", "passed": False, "detail": "refused"})
+    (tmp_path / "2026.12-vllm0.34.json").write_text(json.dumps(record))
+    with pytest.raises(ReleaseError, match="has not been qualified"):
+        get_release("2026.12-vllm0.34")
+
+
+def test_the_stack_digest_leaves_this_package_out() -> None:
+    freeze = "torch==2.14.0\nspeculator_operator==0.1.0.dev0\nVLLM==0.34.0\n"
+    assert qualification.installed_versions(freeze) == {"torch": "2.14.0", "vllm": "0.34.0"}
+    a = qualification.stack_digest({"torch": "2.14.0", "vllm": "0.34.0", "speculator-operator": "1"})
+    assert a == qualification.stack_digest({"vllm": "0.34.0", "torch": "2.14.0"})
+    assert a != qualification.stack_digest({"vllm": "0.34.0", "torch": "2.14.1"})
 
 
 def test_cut_off_knobs_by_version() -> None:

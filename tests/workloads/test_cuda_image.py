@@ -9,72 +9,33 @@ each check runs without one (docs/operations/images.md):
 - the entrypoint audits a staged draft, hands over to vLLM, and vLLM's failure for want of a device leaves the
   NoAccelerator exit record the operator shows.
 
-The image is large and building it takes a while, so CI does not build it and this module skips, saying so, where
-it is not built: `hack/test-images` builds it and runs this tier (docs/performance/test-time.md has its figures).
+The release is the one under check (tests/workloads/images.py: the default, or hack/qualify-release's). The image is
+large and building it takes a while, so CI does not build it and this module skips, saying so, where it is not built:
+`hack/test-images` builds it and runs this tier (docs/performance/test-time.md has its figures), and
+hack/qualify-release builds another release's.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from speculator_operator import __version__
 from speculator_operator.api.podcontract import ServerExit, ServerExitReason
-from speculator_operator.domain.releases import get_release
 from speculator_operator.render.serving import DRAFT_DIR, VERIFIER_DIR
 
+from .. import render_cases
 from ..lanes import REPO, run_in
+from .images import qualifying, readable_copy, run_image
 from .test_rendered_serving import pod_command
 
 pytestmark = [pytest.mark.workloads, pytest.mark.images]
-SNAPSHOTS = REPO / "tests" / "snapshots" / "render"
 CHECK = REPO / "hack" / "lib" / "check_vllm_args.py"
 # the steps vLLM runs before it asks the platform for a device: each must pass for every rendered server
 WITHOUT_DEVICE = ("parse", "engine-args", "model-config", "speculative-config")
-
-
-def podman() -> list[str]:
-    """podman on the image store hack/build-images builds into: hack/lib/podman.sh's `pod`, the one definition."""
-    return ["bash", "-c", f'source "{REPO}/hack/lib/podman.sh" && pod "$@"', "pod"]
-
-
-@pytest.fixture(scope="module")
-def cuda_image() -> str:
-    ref = get_release().reference("server", "cuda")
-    if shutil.which("podman") is None:
-        pytest.skip("no podman here (the images tier needs root and hack/build-images --cuda)")
-    found = subprocess.run([*podman(), "image", "exists", ref], capture_output=True)
-    if found.returncode != 0:
-        pytest.skip(f"the cuda server image {ref} is not built here: hack/test-images builds it and runs this tier")
-    return ref
-
-
-def run_image(
-    image: str,
-    *args: str,
-    mounts: dict[Path, str] | None = None,
-    env: dict[str, str] | None = None,
-    entrypoint: str | None = None,
-    stdin: str | None = None,
-    timeout: float = 600,
-) -> subprocess.CompletedProcess[str]:
-    """`podman run` of the image, the network off; a mount's target "rw:/path" is writable, any other read-only."""
-    # the machine's hard limits on open files and processes are below podman's defaults (docs/development/real-node.md)
-    cmd = [*podman(), "run", "--rm", "-i", "--network", "none", "--ulimit", "nofile=20000:20000",
-           "--ulimit", "nproc=1024:1024"]  # fmt: skip
-    for host, where in (mounts or {}).items():
-        cmd += ["-v", f"{host}:{where}:ro,z" if not where.startswith("rw:") else f"{host}:{where[3:]}:z"]
-    for name, value in (env or {}).items():
-        cmd += ["-e", f"{name}={value}"]
-    if entrypoint:
-        cmd += ["--entrypoint", entrypoint]
-    return subprocess.run([*cmd, image, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
 
 
 VERSIONS = """
@@ -98,8 +59,10 @@ print(json.dumps({"versions": found, "cuda": torch.version.cuda, "imports": impo
 """
 
 
-def test_the_installed_versions_are_the_release_tables_and_torch_is_a_cuda_build(cuda_image: str) -> None:
-    release = get_release()
+def test_the_installed_versions_are_the_release_tables_and_torch_is_a_cuda_build(
+    cuda_image: str, record_property: pytest.RecordProperty
+) -> None:
+    release = qualifying()
     out = run_image(cuda_image, "-c", VERSIONS, entrypoint="python")
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
@@ -112,31 +75,7 @@ def test_the_installed_versions_are_the_release_tables_and_torch_is_a_cuda_build
     assert str(seen["cuda"]).startswith("13."), seen["cuda"]  # the CUDA 13 build of the shared torch layer
     # what vLLM itself imports at start; torchvision and torchaudio are vLLM's own pins beside this torch
     assert seen["imports"]["vllm.entrypoints.openai.api_server"] == "ok", seen["imports"]
-
-
-def _override(config: Any, overrides: dict[str, Any]) -> None:
-    """Set each override wherever the config (or a config nested in it) has that key."""
-    if isinstance(config, dict):
-        for key, value in overrides.items():
-            if key in config:
-                config[key] = value
-        for nested in config.values():
-            _override(nested, overrides)
-
-
-def readable_copy(source: Path, target: Path, overrides: dict[str, Any] | None = None) -> Path:
-    """A copy the image's non-root user can read (the dry-run writes its files for its owner only). `overrides` set
-    config keys wherever they appear: the rendered GPU examples ask for long contexts and 8-way tensor parallelism,
-    which the tiny models' configs refuse (512 positions, 2 attention heads); nothing here loads the weights, so
-    only the configs must agree with the arguments, as a real 8B or 405B model's do."""
-    shutil.copytree(source, target)
-    if overrides:
-        config = json.loads((target / "config.json").read_text())
-        _override(config, overrides)
-        (target / "config.json").write_text(json.dumps(config))
-    for path in [target, *target.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    return target
+    record_property("detail", f"installed {json.dumps(versions)}, torch CUDA {seen['cuda']}")
 
 
 # a config shaped like the served models' where the arguments need it (above)
@@ -153,10 +92,12 @@ def expanded(arg: str) -> str:
     return arg
 
 
-def rendered_servers() -> list[tuple[str, list[str]]]:
-    """(snapshot/container, vLLM args) of every rendered server whose arguments are complete at render time (an
-    evaluation server's `--speculate` adds its config in the pod, after training: the entrypoint test covers it)."""
+def rendered_servers() -> tuple[list[tuple[str, list[str]]], dict[str, str]]:
+    """(case/container, vLLM args) of every server the render snapshots' cases render for the release under check
+    whose arguments are complete at render time (an evaluation server's `--speculate` adds its config in the pod,
+    after training: the entrypoint test covers it); and the cases the renderer refused for that release, with why."""
     found: list[tuple[str, list[str]]] = []
+    refused: dict[str, str] = {}
 
     def containers(doc: Any) -> list[dict[str, Any]]:
         if isinstance(doc, dict):
@@ -167,24 +108,35 @@ def rendered_servers() -> list[tuple[str, list[str]]]:
             return [c for v in doc for c in containers(v)]
         return []
 
-    for path in sorted(SNAPSHOTS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+    for case, docs in render_cases.rendered_for(qualifying()):
+        if isinstance(docs, Exception):
+            refused[case] = str(docs)
+            continue
+        for doc in docs:
             for c in containers(doc):
                 command, args = c.get("command") or [], c.get("args") or []
                 if command[:1] != ["speculator-operator"] or command[1:2] not in (["serve"], ["vllm"]):
                     continue
                 if "--speculate" in command or args[:1] != ["serve"]:
                     continue
-                name = f"{path.stem}/{(doc.get('metadata') or {}).get('name')}/{c['name']}"
+                name = f"{case}/{(doc.get('metadata') or {}).get('name')}/{c['name']}"
                 if all(name != n or args != a for n, a in found):
                     found.append((name, [expanded(a) for a in args]))
-    return found
+    return found, refused
 
 
 def test_vllms_own_validation_accepts_every_rendered_server(
-    cuda_image: str, workloads_env: Path, dry_run_checkpoints: dict[str, Path], tmp_path: Path
+    cuda_image: str,
+    workloads_env: Path,
+    release_checkpoints: dict[str, Path],
+    tmp_path: Path,
+    record_property: pytest.RecordProperty,
 ) -> None:
-    servers = rendered_servers()
+    release = qualifying()
+    servers, refused = rendered_servers()
+    # a case the renderer refuses for this release names why: its vLLM lacks what the case needs
+    assert all("removed" in why or "needs vLLM" in why for why in refused.values()), refused
+    dry_run_checkpoints = release_checkpoints
     # a stitched MTP model is served as the target with {"method": "mtp"}: vLLM needs MTP layers in it, so those
     # servers get a Qwen3-Next with its native MTP layer (a stitched model's layout; tests/workloads/thirdparty.py)
     mtp_model = tmp_path / "qwen3-next"
@@ -244,14 +196,21 @@ def test_vllms_own_validation_accepts_every_rendered_server(
                 failed[result["name"]] = steps.get(step) or f"{step} not reached"
                 break
     assert not failed, json.dumps(failed, indent=1)
+    record_property(
+        "detail",
+        f"vLLM {release.vllm}'s parser, engine arguments, model config and speculative-config "
+        f"validation accept all {len(servers)} rendered servers; the CUDA build's parser needs a device "
+        "(run with VLLM_TARGET_DEVICE=cpu)"
+        + "".join(f"; {case} refused by the renderer: {why}" for case, why in sorted(refused.items())),
+    )
 
 
 def test_the_entrypoint_audits_then_hands_over_and_no_device_says_no_accelerator(
-    cuda_image: str, dry_run_checkpoints: dict[str, Path], tmp_path: Path
+    cuda_image: str, release_checkpoints: dict[str, Path], tmp_path: Path, record_property: pytest.RecordProperty
 ) -> None:
-    draft = readable_copy(dry_run_checkpoints["eagle3"], tmp_path / "draft")
-    verifier = readable_copy(dry_run_checkpoints["verifier"], tmp_path / "verifier")
-    local_command, local_args = pod_command(draft, verifier)
+    draft = readable_copy(release_checkpoints["eagle3"], tmp_path / "draft")
+    verifier = readable_copy(release_checkpoints["verifier"], tmp_path / "verifier")
+    local_command, local_args = pod_command(draft, verifier, qualifying())
 
     def mounted(arg: str) -> str:  # back to where the pod stages them
         return arg.replace(str(draft), DRAFT_DIR).replace(str(verifier), VERIFIER_DIR)
@@ -273,3 +232,4 @@ def test_the_entrypoint_audits_then_hands_over_and_no_device_says_no_accelerator
     assert record is not None, ran.stderr[-3000:]
     assert (record.reason, record.platform) == (ServerExitReason.NO_ACCELERATOR, "")
     assert record.exit_code == ran.returncode
+    record_property("detail", "the entrypoint's audit passed, vLLM started and found no device: NoAccelerator")

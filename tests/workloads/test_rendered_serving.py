@@ -16,7 +16,7 @@ from speculator_harness.cluster import free_port, tail
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.podcontract import REPORT_PATH_ENV, ServerExit, ServerExitReason
 from speculator_operator.domain.checkpoint import load_checkpoint
-from speculator_operator.domain.releases import get_release
+from speculator_operator.domain.releases import Release, get_release
 from speculator_operator.pods.serve import LAUNCHER_ENV, PYTHON_ENV
 from speculator_operator.render.serving import DRAFT_DIR, VERIFIER_DIR, Draft, Inputs, render
 
@@ -25,7 +25,9 @@ from .test_vllm_cpu import Server, post
 pytestmark = pytest.mark.workloads
 
 
-def pod_command(ckpt: Path, verifier: Path, **serving: Any) -> tuple[list[str], list[str]]:
+def pod_command(
+    ckpt: Path, verifier: Path, release: Release | None = None, **serving: Any
+) -> tuple[list[str], list[str]]:
     spec = SpeculatorDeploymentSpec.model_validate(
         {
             "verifier": {"model": "pvc://models/tiny-verifier"},
@@ -37,7 +39,7 @@ def pod_command(ckpt: Path, verifier: Path, **serving: Any) -> tuple[list[str], 
     ck = load_checkpoint(str(ckpt))
     assert ck.algorithm is not None
     assert ck.speculative_tokens is not None
-    r = render(Inputs("tiny", "default", spec, get_release(), Draft(ck.algorithm, ck.speculative_tokens)))
+    r = render(Inputs("tiny", "default", spec, release or get_release(), Draft(ck.algorithm, ck.speculative_tokens)))
     (container,) = r.children[0]["spec"]["template"]["spec"]["containers"]
     port = str(free_port())
 

@@ -573,6 +573,12 @@ class SpeculatorDeploymentStatus(Model):
         "pair Reconciling / Stalled (docs/operations/troubleshooting.md lists their reasons).",
     )
     release: str | None = Field(default=None, description="The pinned release the pair is served with.")
+    release_level: Literal["Served", "Checked"] | None = Field(
+        default=None,
+        description="How far the project has proven that release (`speculator-operator releases`): Served, served end "
+        "to end on vLLM's CPU build in every CI run; Checked, qualified without a device and never served by the "
+        "project (event ReleaseChecked).",
+    )
     vllm: str | None = Field(default=None, description="The vLLM version of that release.")
     algorithm: str | None = Field(
         default=None,

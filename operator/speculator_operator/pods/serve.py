@@ -30,7 +30,7 @@ from speculator_operator.api.podcontract import (
     ServerExitReason,
 )
 from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_checkpoint, read_verifier
-from speculator_operator.domain.releases import get_release
+from speculator_operator.domain.releases import pod_release
 from speculator_operator.pods.device import write_device_file
 from speculator_operator.pods.supervise import supervise, write_record
 from speculator_operator.render.serving import RenderError, draft_config, draft_of
@@ -124,7 +124,7 @@ def serve(
     refused = refuse_unexpanded(args)
     if refused is not None:
         return refused
-    release = get_release(release_name)
+    release = pod_release(release_name)
     if speculate:
         try:
             draft = str(checkpoint_dir(Path(draft)))

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_verifier_config
-from speculator_operator.domain.releases import get_release
+from speculator_operator.domain.releases import pod_release
 from speculator_operator.pods.trainer.report import report
 
 
@@ -15,7 +15,7 @@ def audit_checkpoint(root: str, verifier: str, release_name: str | None) -> int:
     try:
         folder = checkpoint_dir(Path(root))
         verifier_config, _ = load_verifier_config(verifier)
-        release = get_release(release_name) if release_name else None
+        release = pod_release(release_name) if release_name else None
         result = audit(str(folder), verifier=verifier_config, release=release)
     except CheckpointError as exc:
         print(f"trainer audit: {exc}", file=sys.stderr)

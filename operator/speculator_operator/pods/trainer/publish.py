@@ -20,7 +20,7 @@ from speculator_operator import __version__
 from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_dir
 from speculator_operator.domain.checkpoint.manifest import LATEST
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE as MARKER
-from speculator_operator.domain.releases import get_release
+from speculator_operator.domain.releases import pod_release
 from speculator_operator.domain.sweep import Curve
 from speculator_operator.pods.trainer.report import report
 
@@ -132,7 +132,7 @@ def publish(
     except (CheckpointError, OSError, ValueError) as exc:
         print(f"trainer publish: {exc}", file=sys.stderr)
         return 2
-    release = get_release(release_name)
+    release = pod_release(release_name)
     sha = _digest_of(records)
     config = files["config.json"]
     algorithm = json.loads(config).get("speculators_model_type") if isinstance(config, bytes) else None

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from speculator_operator.domain.algorithms import TABLE, Algorithm
+from speculator_operator.render.serving import RenderError
 from speculator_operator.render.training import common
 from speculator_operator.render.training.common import (
     CHECKPOINTS,
@@ -77,7 +79,13 @@ __all__ = [
 
 
 def stages(inputs: Inputs) -> list[Stage]:
-    """Every stage of this job, in order."""
+    """Every stage of this job, in order. A job whose release cannot serve what it makes is refused: its draft
+    could be neither evaluated nor deployed with that release (P-EAGLE from vLLM 0.34, docs/reference/vllm.md)."""
+    algorithm = inputs.spec.algorithm
+    if not TABLE[Algorithm(algorithm)].stitched:
+        refusal = inputs.release.serving_refusal(algorithm)
+        if refusal:
+            raise RenderError(f"release {inputs.release.name} cannot serve what this job makes: {refusal}")
     if inputs.spec.convert is not None:
         found = [fetch_stage(inputs), convert_stage(inputs)]
     else:

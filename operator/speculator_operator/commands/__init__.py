@@ -1,0 +1,1 @@
+"""Sub-commands of `speculator-operator` that have outgrown cli.py, one module each (cli.py wires them)."""
