@@ -32,7 +32,7 @@ from speculator_harness import containerd
 from speculator_harness.network import kube_proxy_serves
 from speculator_operator.api.labels import TRACK_LABEL
 from speculator_operator.api.podcontract import PROGRESS_SECONDS_DEFAULT, ServerExit, ServerExitReason
-from speculator_operator.domain.releases import get_release
+from speculator_operator.domain.releases import DEFAULT_RELEASE, get_release
 from speculator_operator.domain.sweep import Curve
 from speculator_operator.telemetry.acceptance import parse_sample
 
@@ -183,6 +183,8 @@ def workspace_volume(cluster: Cluster, namespace: str, claim: str, make_claim: b
 
 
 def apply(cluster: Cluster, namespace: str, kind: str, name: str, spec: dict[str, Any]) -> None:
+    """The node tier names its release, as the demo does: a move of the operator's default changes nothing here."""
+    spec = {"release": DEFAULT_RELEASE, **spec}
     doc = {"apiVersion": "speculators.dev/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
 

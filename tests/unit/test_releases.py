@@ -114,3 +114,27 @@ def test_a_pre_release_orders_before_its_release_and_a_local_label_names_the_rel
     assert Version.parse("0.32.0+cpu") == Version.parse("0.32.0")
     with pytest.raises(ReleaseError, match="not a version"):
         Version.parse("latest")
+
+
+def test_a_spec_that_names_no_release_keeps_the_one_it_was_resolved_to_when_the_default_moves(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from speculator_operator.api.deployment import SpeculatorDeploymentSpec
+    from speculator_operator.planning import Problem, parse_spec
+
+    raw = {"verifier": {"model": "Qwen/Qwen3-8B"}, "speculator": {"source": "hf://acme/d"}}
+    monkeypatch.setattr(qualification, "EVIDENCE_DIR", tmp_path)
+    (tmp_path / "2026.12-vllm0.34.json").write_text(json.dumps({
+        "release": "2026.12-vllm0.34", "recorded": "2026-12-07", "machine": "m", "command": "c", "images": {},
+        "checks": [{"name": "all", "passed": True}], "served": "not served"}))  # fmt: skip
+    monkeypatch.setenv("SPECULATOR_DEFAULT_RELEASE", "2026.12-vllm0.34")  # the operator's default moved
+    new = parse_spec(SpeculatorDeploymentSpec, raw)
+    kept = parse_spec(SpeculatorDeploymentSpec, raw, "2026.11-vllm0.32")
+    named = parse_spec(SpeculatorDeploymentSpec, {**raw, "release": "2026.12-vllm0.34"}, "2026.11-vllm0.32")
+    assert not isinstance(new, Problem)
+    assert not isinstance(kept, Problem)
+    assert not isinstance(named, Problem)
+    assert (new[1].name, kept[1].name, named[1].name) == ("2026.12-vllm0.34", "2026.11-vllm0.32", "2026.12-vllm0.34")
+    gone = parse_spec(SpeculatorDeploymentSpec, raw, "2025.01-vllm0.1")  # no longer in the table: the default
+    assert not isinstance(gone, Problem)
+    assert gone[1].name == "2026.12-vllm0.34"

@@ -231,7 +231,7 @@ class _Pass:
         write. `restoring` re-applies children whose rendered form did not change: one was changed or deleted
         by hand; a ChildRestored event says what the apply took back."""
         current = self.status.status
-        parsed = parse_spec(SpeculatorDeploymentSpec, self.raw.get("spec") or {})
+        parsed = parse_spec(SpeculatorDeploymentSpec, self.raw.get("spec") or {}, current.release)
         known: dict[drift.Ref, dict[str, Any] | None] = {}
         if isinstance(parsed, Problem):
             p = failed(Observed(generation=self.generation, status=current), parsed.reason, parsed.message)

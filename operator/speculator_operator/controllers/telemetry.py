@@ -237,7 +237,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     current = typed_status(SpeculatorDeploymentStatus, dict(status or {}))
     econ = economics_of(current)
     revision = current.revision
-    parsed = parse_spec(SpeculatorDeploymentSpec, spec)
+    parsed = parse_spec(SpeculatorDeploymentSpec, spec, current.release)
     if namespace is None or econ is None or not revision or isinstance(parsed, Problem):
         return  # nothing served yet: nothing to measure
     parsed_spec = parsed[0]

@@ -192,7 +192,8 @@ def _reconcile(body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus
     current = status.status
     generation = int(meta.get("generation") or 0)
     obj = kopf.Body(cast(kopf.RawBody, body))
-    parsed = parse_spec(SpeculatorTrainJobSpec, body.get("spec") or {})
+    parsed = parse_spec(SpeculatorTrainJobSpec, body.get("spec") or {},
+                        current.provenance.release if current.provenance else None)  # fmt: skip
     if isinstance(parsed, Problem):
         p = failed(Observed(generation=generation, status=current), parsed.reason, parsed.message)
         status.set(p.status, "reconcile")

@@ -22,11 +22,20 @@ class Problem:
     message: str
 
 
-def parse_spec(model: type[M], raw: Mapping[str, Any]) -> tuple[M, Release] | Problem:
-    """The typed spec and its pinned release, or why not (InvalidSpec, ReleaseUnsupported)."""
+def parse_spec(model: type[M], raw: Mapping[str, Any], resolved: str | None = None) -> tuple[M, Release] | Problem:
+    """The typed spec and its pinned release, or why not (InvalidSpec, ReleaseUnsupported). A spec that names no
+    release keeps the one it was resolved to before (`resolved`, from its status) while that one is usable, so that
+    moving the operator's default rolls nothing that runs: only new objects, and specs that name a release, move
+    (docs/concepts/releases.md)."""
     try:
         spec = model.model_validate(dict(raw))
-        return spec, get_release(getattr(spec, "release", None))
+        named = getattr(spec, "release", None)
+        if named is None and resolved:
+            try:
+                return spec, get_release(resolved)
+            except ReleaseError:
+                pass  # no longer usable (or no longer in the table): the default, like a new object
+        return spec, get_release(named)
     except ValidationError as exc:
         return Problem("InvalidSpec", str(exc.errors()[0]["msg"]))
     except ReleaseError as exc:
