@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from speculator_operator.api.canary import Canary, CanaryStatus
 from speculator_operator.api.common import Condition, Model, SecretRef
@@ -206,6 +206,15 @@ class Serving(Model):
         },
     )
     cutoff: Cutoff | None = Field(default=None, description="Switch speculation off above a batch size.")
+    adaptive_verification: bool = Field(
+        default=False,
+        description="vLLM's enable_adaptive_verification: each engine step verifies only the draft slots its "
+        "confidence says will pay, 0..K per request (DSpark; DFlash2 from vLLM 0.34; the V2 model runner, full CUDA "
+        "graphs, no LoRA, pipeline parallel 1). vLLM then decides per step, so the per-batch-size schedule and K "
+        "tuning stand down, and the spec-decode counters count a trimmed draft token as drafted and not accepted: "
+        "status.acceptance.basis says so, α and the modelled speedup are not given, and the speedup is measured "
+        "from live step times instead (docs/concepts/telemetry.md).",
+    )
     max_num_seqs: int = Field(default=256, ge=1, le=65536, description="vLLM --max-num-seqs.")
     served_model_name: str | None = Field(
         default=None, max_length=253, description="Name clients use; default: the resource name."
@@ -308,8 +317,23 @@ class AuditPolicy(Model):
     allow_lossy: bool = Field(default=False, description="Accept lossy proposals (verifier_accept_k > 1, ...).")
 
 
+ADAPTIVE_RULE: dict[str, Any] = {
+    "rule": "!self.adaptiveVerification || !has(self.cutoff)",
+    "message": "serving.adaptiveVerification trims verification per step: it and a serving.cutoff schedule cannot "
+    "both decide K",
+}
+
+
 class SpeculatorDeploymentSpec(Model):
     """The verifier, its draft, how they are served, and what happens when either moves."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "!self.serving.adaptiveVerification || !has(self.upgradePolicy.canary) "
+        "|| self.upgradePolicy.canary.metric == 'MeanAcceptedLength'",
+        "message": "with serving.adaptiveVerification vLLM verifies a varying share of each draft, so α is not "
+        "measured: a canary compares MeanAcceptedLength (upgradePolicy.canary.metric)",
+        "fieldPath": ".upgradePolicy.canary.metric",
+    }]})  # fmt: skip
 
     verifier: Verifier
     speculator: Speculator = Field(
@@ -326,7 +350,7 @@ class SpeculatorDeploymentSpec(Model):
     # `default: {}` lets the API server fill in the nested defaults when the block is left out
     serving: Serving = Field(
         default_factory=Serving,
-        json_schema_extra={"default": {}, "x-kubernetes-validations": layout_rules("serving")},
+        json_schema_extra={"default": {}, "x-kubernetes-validations": [*layout_rules("serving"), ADAPTIVE_RULE]},
     )
     upgrade_policy: UpgradePolicy = Field(
         default_factory=UpgradePolicy,
@@ -412,6 +436,14 @@ class Acceptance(Model):
         default=None, description="Why the figures cannot be judged yet (e.g. fewer drafts than tuning.minSamples)."
     )
     pods: AcceptancePods | None = Field(default=None, description="Which serving pods the window was measured on.")
+    basis: Literal["Drafts", "AdaptiveVerification"] | None = Field(
+        default=None,
+        description="What the counters mean. Drafts: every draft token is verified, so rate, meanAcceptedLength and α "
+        "describe the draft. AdaptiveVerification: vLLM verified only the slots it expected to pay and counts the "
+        "others as drafted and not accepted, so rate is a lower bound of the draft's, meanAcceptedLength is the "
+        "tokens each step gained, α and the modelled speedup are not given, and predictedSpeedup is measured: "
+        "meanAcceptedLength × plainStepMs / stepMs.",
+    )
     load: AcceptanceLoad | None = Field(default=None, description="The load the window was measured under.")
 
 

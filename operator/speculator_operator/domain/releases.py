@@ -144,6 +144,10 @@ VLLM_FEATURES: dict[str, Span] = {
     "enable_scale_out_flag": Span(V("0.30.0")),  # render endpoint for prepare-data
     # Model Runner V1 (the fallback for what V2 lacks; docs/reference/vllm.md): gone in 0.34.0, V2 is the only one
     "model_runner_v1": Span(V("0.0.0"), V("0.34.0")),
+    # enable_adaptive_verification (V2 runner): DSpark's drafter honours it (read in 0.32.0, the first wheel read for
+    # it), DFlash2's from 0.34.0 (v1/worker/gpu/spec_decode/dflash2/speculator.py)
+    "adaptive_verification": Span(V("0.32.0")),
+    "adaptive_verification_dflash2": Span(V("0.34.0")),
 }
 
 

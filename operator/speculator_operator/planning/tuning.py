@@ -61,6 +61,8 @@ def leaves_k_to_operator(spec: SpeculatorDeploymentSpec) -> bool:
 def applied(spec: SpeculatorDeploymentSpec, state: TuningStatus | None, checkpoint_k: int) -> Tuned | None:
     """The tuned K and schedule to render from `status.tuning`, or None (the spec's or checkpoint's K).
     The spec's current bounds win over an older tuned value."""
+    if spec.serving.adaptive_verification:  # vLLM decides per step: nothing tuned is rendered
+        return None
     if not leaves_k_to_operator(spec) or state is None or state.mode != "Auto" or state.k is None:
         return None
     k = state.k
@@ -180,6 +182,9 @@ def _plan(
 ) -> _Judged:
     if spec.serving.tuning.mode != "Auto":
         return _Judged(None)
+    if spec.serving.adaptive_verification:
+        note = "serving.adaptiveVerification: vLLM trims verification per step, so Auto tunes neither K nor a schedule"
+        return _Judged({"mode": "Auto", "note": note})
     if spec.serving.num_speculative_tokens != "auto":
         note = "numSpeculativeTokens is set in the spec: Auto leaves K to it and only recommends"
         return _Judged({"mode": "Auto", "note": note})

@@ -66,6 +66,7 @@ class RenderError(ValueError):
 
 LAYOUT_UNSUPPORTED = "LayoutUnsupported"  # a parallel layout the release cannot serve (planning.inputs.ServingReason)
 GROUP_SUFFIX = "-group"  # a LeaderWorkerSet's name: its owner's, with this (workload_name)
+ADAPTIVE = "AdaptiveVerification"  # vLLM decides per step: the schedule and K tuning stand down
 SCHEDULE_OFF = "ScheduleOff"  # data parallelism > 1: vLLM serves a static K (docs/reference/parallelism.md)
 
 
@@ -172,6 +173,12 @@ def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any] 
         return None, [("SpeculationOff", "tuning switched speculation off; a probe revision measures it again")]
     config = draft_config(inputs.draft, vllm, k, draft_path)
     notes: list[tuple[str, str]] = []
+    if inputs.spec.serving.adaptive_verification:
+        config["enable_adaptive_verification"] = True
+        adaptive_refusal(inputs)
+        notes.append((ADAPTIVE, f"vLLM {vllm} trims verification per step (adaptive verification): no per-batch-size "
+                      f"schedule is rendered and K stays {k}"))  # fmt: skip
+        return config, notes
     cutoff = inputs.spec.serving.cutoff
     tuned_schedule = inputs.tuned.schedule if inputs.tuned is not None and cutoff is None else None
     data = inputs.spec.serving.layout.data
@@ -191,6 +198,21 @@ def speculative_config(inputs: Inputs, draft_path: str) -> tuple[dict[str, Any] 
             notes.append(("CutoffUnsupported", f"vLLM {vllm} has no num_speculative_tokens_per_batch_size (>= 0.24); "
                           "speculation stays on at every batch size"))  # fmt: skip
     return config, notes
+
+
+def adaptive_refusal(inputs: Inputs) -> None:
+    """Refuse adaptive verification where the pinned vLLM, the draft or the layout cannot have it
+    (docs/reference/vllm.md: the V2 runner's enable_adaptive_verification)."""
+    vllm, algo = inputs.release.vllm_version, inputs.draft.algorithm
+    refusal = VLLM_FEATURES["adaptive_verification"].why_not(vllm, "adaptive verification")
+    if refusal is None and algo == Algorithm.DFLASH2:
+        refusal = VLLM_FEATURES["adaptive_verification_dflash2"].why_not(vllm, "adaptive verification of DFlash2")
+    elif refusal is None and algo != Algorithm.DSPARK:
+        refusal = f"vLLM {vllm} verifies adaptively for DSpark (and DFlash2 from 0.34) drafts only, not {algo}"
+    if refusal is None and inputs.spec.serving.layout.pipeline > 1:
+        refusal = "vLLM refuses adaptive verification with pipeline parallelism"
+    if refusal is not None:
+        raise RenderError(f"serving.adaptiveVerification: {refusal}")
 
 
 def labels(name: str) -> dict[str, str]:

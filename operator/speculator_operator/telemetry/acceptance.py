@@ -44,6 +44,7 @@ ITL = "vllm:inter_token_latency_seconds"
 STEPS = "vllm:iteration_tokens_total"
 SPECULATING = 0.9  # the share of a window's request-steps that must have drafted for its step time to price a draft
 CONDITION = "SpeculationEffective"
+ADAPTIVE = "AdaptiveVerification"  # status.acceptance.basis, and the condition's reason without a measured speedup
 MAX_FAILING_LISTED = 10
 
 
@@ -382,10 +383,18 @@ def first_measure_due(
 
 
 def acceptance_status(
-    totals: Totals, econ: Economics, *, revision: str | None, observed_at: str, min_samples: int
+    totals: Totals,
+    econ: Economics,
+    *,
+    revision: str | None,
+    observed_at: str,
+    min_samples: int,
+    adaptive: bool = False,
 ) -> Acceptance:
-    """`status.acceptance` from a window's totals."""
+    """`status.acceptance` from a window's totals. `adaptive`: vLLM verifies adaptively (serving.adaptiveVerification),
+    so the counters do not describe the draft's α: the speedup is measured from live step times instead."""
     out: dict[str, Any] = {
+        "basis": ADAPTIVE if adaptive else "Drafts",
         "revision": revision,
         "k": econ.k,
         "observedAt": observed_at,
@@ -409,15 +418,24 @@ def acceptance_status(
     if totals.draft_tokens <= 0 or totals.drafts <= 0:
         return Acceptance.model_validate(out)
     mean_length = 1.0 + totals.accepted / totals.drafts
-    alpha = alpha_from_mean_length(mean_length, econ.k)
     out.update(
         rate=_r(totals.accepted / totals.draft_tokens),
         percent=f"{100 * totals.accepted / totals.draft_tokens:.1f}%",
         meanAcceptedLength=_r(mean_length),
-        alpha=_r(alpha),
         perPosition=[_r(v / totals.drafts) for v in totals.per_position[: econ.k]],
     )
     live = live_cost(totals, econ, min_samples)
+    if adaptive:
+        # each step gained meanAcceptedLength tokens at stepMs where plain decoding takes plainStepMs for one
+        if live is not None:
+            gain = mean_length * live.plain_step_ms / live.step_ms
+            out.update(predictedSpeedup=_r(gain, 3), costSource="live", stepMs=_r(live.step_ms, 3),
+                       plainStepMs=_r(live.plain_step_ms, 3), batch=_r(live.batch, 2))  # fmt: skip
+        if totals.drafts < min_samples:
+            out["note"] = f"{int(totals.drafts)} drafts in the window, {min_samples} needed to judge"
+        return Acceptance.model_validate({k: v for k, v in out.items() if v is not None})
+    alpha = alpha_from_mean_length(mean_length, econ.k)
+    out["alpha"] = _r(alpha)
     cost, source = (live.cost_ratio, "live") if live is not None else (econ.cost_ratio, econ.source)
     if cost is not None:
         n = draft_forwards(econ.algorithm, econ.k)
@@ -445,6 +463,8 @@ def effective_condition(acc: Acceptance, generation: int, min_samples: int) -> C
         return make_condition(generation, CONDITION, None, "NoMetrics", why)
     drafts = int(acc.drafts or 0)
     alpha = acc.alpha
+    if acc.basis == ADAPTIVE and drafts >= min_samples:
+        return _adaptive_condition(acc, generation, drafts)
     if drafts < min_samples or alpha is None:
         return make_condition(
             generation, CONDITION, None, "NotEnoughSamples", f"{drafts} drafts in the window, {min_samples} needed"
@@ -464,6 +484,22 @@ def effective_condition(acc: Acceptance, generation: int, min_samples: int) -> C
         f"break-even α* {'none: it never pays' if star is None else f'{star:.3f}'}, "
         f"predicted speedup {gain:.2f}x at K={acc.k if acc.k is not None else '?'}, over {drafts} drafts"
     )
+    if gain > 1.0:
+        return make_condition(generation, CONDITION, True, "AboveBreakEven", numbers)
+    return make_condition(generation, CONDITION, False, "BelowBreakEven", numbers)
+
+
+def _adaptive_condition(acc: Acceptance, generation: int, drafts: int) -> Condition:
+    """Under adaptive verification, judged on the measured speedup (live step times), else Unknown."""
+    gain = acc.predicted_speedup
+    if gain is None:
+        return make_condition(generation, CONDITION, None, ADAPTIVE, "vLLM verifies adaptively, so the counters do "
+                              f"not give the draft's α (mean accepted length {acc.mean_accepted_length or 0.0:.2f} "
+                              f"over {drafts} drafts); the gain is measured from live step times against the sweep's "
+                              "plain step on this device class, and there is none yet")  # fmt: skip
+    numbers = (f"measured speedup {gain:.2f}x: mean accepted length {acc.mean_accepted_length or 0.0:.2f} a step of "
+               f"{acc.step_ms or 0.0:.2f} ms against plain decoding's {acc.plain_step_ms or 0.0:.2f} ms at batch "
+               f"{acc.batch or 0.0:.1f}, over {drafts} drafts (adaptive verification)")  # fmt: skip
     if gain > 1.0:
         return make_condition(generation, CONDITION, True, "AboveBreakEven", numbers)
     return make_condition(generation, CONDITION, False, "BelowBreakEven", numbers)
