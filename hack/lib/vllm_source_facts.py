@@ -7,7 +7,8 @@ scrape rely on, read from the installed code, without a device. stdout: one JSON
   metrics             for each name given on the command line, whether the installed vLLM's source names it
   connectors          the KV connectors vLLM's factory registers by name (from its source)
   hs_connectors       for each hs-connectors connector class: the import result, and every method it defines that
-                      its vLLM base class also defines whose parameters differ from the base's (the API it implements)
+                      its vLLM base class also defines that cannot take every call the base's signature allows
+                      (the API it implements)
 """
 
 from __future__ import annotations
@@ -67,6 +68,27 @@ def _params(fn: Any) -> list[str]:
         return []
 
 
+def _accepts(fn: Any, base: Any) -> bool:
+    """Whether `fn` takes every call the base method's signature allows (its positional parameters by position, its
+    keyword-only ones by name): `(self, *args, **kwargs)` takes `(self, forward_context, **kwargs)`."""
+    try:
+        mine, theirs = inspect.signature(fn), inspect.signature(base)
+    except (TypeError, ValueError):
+        return True  # nothing to compare (a builtin)
+    args: list[None] = []
+    kwargs: dict[str, None] = {}
+    for p in theirs.parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            args.append(None)
+        elif p.kind == p.KEYWORD_ONLY:
+            kwargs[p.name] = None
+    try:
+        mine.bind(*args, **kwargs)
+    except TypeError:
+        return False
+    return True
+
+
 def _hs_connectors() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for module, cls in (
@@ -85,7 +107,7 @@ def _hs_connectors() -> dict[str, Any]:
             for base in klass.__mro__[1:]:
                 if base.__module__.startswith("vllm.") and name in vars(base):
                     mine, theirs = _params(fn), _params(vars(base)[name])
-                    if mine and theirs and mine != theirs:
+                    if not _accepts(fn, vars(base)[name]):
                         mismatches.append(
                             {
                                 "method": name,

@@ -83,6 +83,13 @@ BAD = {
                         "spec.upgradePolicy.canary.intervalSeconds", "should be greater than or equal to 10"),
     "canary margin": ({**GOOD, "upgradePolicy": {"canary": {"margin": -0.1}}}, "spec.upgradePolicy.canary.margin",
                       "should be greater than or equal to 0"),
+    "adaptive with a cutoff": ({**GOOD, "serving": {"adaptiveVerification": True, "cutoff": {"maxBatchSize": 8}}},
+                               "spec.serving: Invalid value", "cannot both decide K"),
+    "adaptive canary on alpha": ({**GOOD, "serving": {"adaptiveVerification": True},
+                                  "upgradePolicy": {"canary": {"replicas": 1}}},
+                                 "spec.upgradePolicy.canary.metric", "a canary compares MeanAcceptedLength"),
+    "declared algorithm": ({**GOOD, "speculator": {"source": "hf://a/b", "algorithm": "medusa"}},
+                           "spec.speculator.algorithm", 'Unsupported value: "medusa"'),
 }  # fmt: skip
 
 
