@@ -224,6 +224,10 @@ def test_a_group_is_rolled_out_when_every_group_is_ready_at_the_new_revision() -
     assert serving_status(two, "r2", lws("r2", 2, 2))["ready"] is False  # pods unknown: nothing counts as whole
     # the watch's trimmed pods keep what this reads
     assert serving_status(two, "r2", lws("r2", 2, 2), [trimmed_pod(p) for p in whole])["ready"] is True
+    # the surge group rolled in beside them is whole too, but only the wanted groups count: the count does not go
+    # stale when the surge group goes (a drop of updatedReplicas alone writes no status)
+    surge = whole + group_pods("g2", "r2", "r2")
+    assert serving_status(two, "r2", lws("r2", 3, 3), surge)["updatedReplicas"] == 2
 
 
 def test_the_scrape_skips_headless_workers() -> None:

@@ -135,7 +135,9 @@ def serving_status(
     if grouped:
         # the LeaderWorkerSet counts a group updated once its leader is: only whole groups count (unknown without the
         # pods: none), so Ready waits for every member of every group
-        updated = min(updated, whole_groups(pods, revision, spec.serving.layout.nodes) if pods is not None else 0)
+        # and of the wanted ones: a surge group rolled in beside them is no longer counted once it goes (a Deployment's
+        # updatedReplicas counts surge pods too, but a group's count would go stale: its drop alone writes nothing)
+        updated = min(updated, want, whole_groups(pods, revision, spec.serving.layout.nodes) if pods is not None else 0)
     total = st.get("replicas", 0) or 0
     done = (
         current
