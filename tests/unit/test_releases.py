@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,3 +139,28 @@ def test_a_spec_that_names_no_release_keeps_the_one_it_was_resolved_to_when_the_
     gone = parse_spec(SpeculatorDeploymentSpec, raw, "2025.01-vllm0.1")  # no longer in the table: the default
     assert not isinstance(gone, Problem)
     assert gone[1].name == "2026.12-vllm0.34"
+
+
+def test_a_train_job_on_another_release_renders_every_stage_with_that_releases_images() -> None:
+    from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
+    from speculator_operator.render import training
+
+    spec = SpeculatorTrainJobSpec.model_validate({
+        "verifier": {"model": "Qwen/Qwen3-8B"}, "algorithm": "dflash", "release": "2026.12-vllm0.34",
+        "data": {"sources": ["hf:HuggingFaceH4/ultrachat_200k"]}, "output": {"uri": "s3://drafts/q"},
+        "evaluation": {"heldOut": 16}})  # fmt: skip
+    release = release_row("2026.12-vllm0.34")
+    children = training.render_all(training.Inputs("q", "ml", spec, release, "abc", 36, "uid"))
+
+    def images(doc: Any) -> list[str]:
+        if isinstance(doc, dict):
+            return ([doc["image"]] if isinstance(doc.get("image"), str) else []) + [
+                i for v in doc.values() for i in images(v)
+            ]
+        return [i for v in doc for i in images(v)] if isinstance(doc, list) else []
+
+    found = {i for c in children for i in images(c)}
+    assert found
+    assert all(f":{release.name}-{package_tag()}" in i for i in found), found
+    assert any("/trainer:" in i for i in found)
+    assert any("/server:" in i for i in found)  # the extraction and evaluation servers: its vLLM
