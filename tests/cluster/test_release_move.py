@@ -89,3 +89,39 @@ def test_a_move_to_another_release_rolls_out_once_and_a_draft_it_cannot_serve_is
     loadable = [f["message"] for f in st["audit"]["findings"] if f["rule"] == "vllm-loadable"]
     assert loadable == ["vLLM 0.34.0 removed peagle; the pinned vLLM is 0.34.0"]
     assert cluster.kubectl("get", "-n", namespace, "deployment/misfit", check=False).returncode != 0
+
+
+def test_moving_the_operators_default_rolls_nothing_that_runs_and_new_objects_take_the_new_one(
+    cluster: Cluster,
+    operator: KopfRunner,
+    store: dict[str, str],
+    namespace: str,
+    creds: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if release_row(CHECKED).level.value == "Unqualified":
+        pytest.fail(f"{CHECKED} has no passed evidence: run hack/qualify-release {CHECKED}")
+    monkeypatch.setenv("SPECULATOR_DEFAULT_RELEASE", DEFAULT_RELEASE)  # the in-process operator reads it per pass
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("kept", store, "good", creds))  # names none
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/kept", "--timeout=120s")
+    before = get(cluster, namespace, "sdep/kept")["status"]
+    assert before["release"] == DEFAULT_RELEASE
+    generation = get(cluster, namespace, "deployment/kept")["metadata"]["generation"]
+
+    monkeypatch.setenv("SPECULATOR_DEFAULT_RELEASE", CHECKED)  # the default moves
+    # a pass for the running object: its inputs resolved again on request
+    cluster.kubectl("annotate", "-n", namespace, "sdep/kept", "speculators.dev/resolve-requested=after-default-move")
+
+    def passed() -> dict[str, Any]:
+        st = get(cluster, namespace, "sdep/kept")["status"]
+        assert (st.get("requests") or {}).get("resolve") == "after-default-move"  # the pass acted on it
+        return st  # type: ignore[no-any-return]
+
+    after = eventually(passed, timeout=60)
+    assert (after["release"], after["revision"]) == (DEFAULT_RELEASE, before["revision"])
+    assert get(cluster, namespace, "deployment/kept")["metadata"]["generation"] == generation  # nothing rolled
+
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("fresh", store, "good", creds))
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "sdep/fresh", "--timeout=120s")
+    fresh = get(cluster, namespace, "sdep/fresh")["status"]
+    assert (fresh["release"], fresh["releaseLevel"]) == (CHECKED, "Checked")
