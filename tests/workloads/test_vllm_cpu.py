@@ -87,6 +87,7 @@ def server_log(tmp_path: Path) -> Path:
     return tmp_path / "vllm.log"
 
 
+@pytest.mark.host
 def test_the_vllm_environments_processes_hold_the_amx_tile_state(vllm_env: Path) -> None:
     """hack/workloads-env installs hack/lib/amx-permission.pth, so vLLM's AMX kernels do not trap
     (docs/performance/vllm-cpu-amx.md); the server image gets the same file, checked by the node tier's serving."""
