@@ -206,9 +206,9 @@ class Serving(Model):
         },
     )
     cutoff: Cutoff | None = Field(default=None, description="Switch speculation off above a batch size.")
-    adaptive_verification: bool = Field(
-        default=False,
-        description="vLLM's enable_adaptive_verification: each engine step verifies only the draft slots its "
+    adaptive_verification: bool | None = Field(
+        default=None,  # no schema default: an object written by this operator stays readable by one without the field
+        description="Off unless true. vLLM's enable_adaptive_verification: each engine step verifies only the draft slots its "
         "confidence says will pay, 0..K per request (DSpark; DFlash2 from vLLM 0.34; the V2 model runner, full CUDA "
         "graphs, no LoRA, pipeline parallel 1). vLLM then decides per step, so the per-batch-size schedule and K "
         "tuning stand down, and the spec-decode counters count a trimmed draft token as drafted and not accepted: "
@@ -318,7 +318,7 @@ class AuditPolicy(Model):
 
 
 ADAPTIVE_RULE: dict[str, Any] = {
-    "rule": "!self.adaptiveVerification || !has(self.cutoff)",
+    "rule": "!has(self.adaptiveVerification) || !self.adaptiveVerification || !has(self.cutoff)",
     "message": "serving.adaptiveVerification trims verification per step: it and a serving.cutoff schedule cannot "
     "both decide K",
 }
@@ -328,7 +328,8 @@ class SpeculatorDeploymentSpec(Model):
     """The verifier, its draft, how they are served, and what happens when either moves."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
-        "rule": "!self.serving.adaptiveVerification || !has(self.upgradePolicy.canary) "
+        "rule": "!has(self.serving.adaptiveVerification) || !self.serving.adaptiveVerification "
+        "|| !has(self.upgradePolicy.canary) "
         "|| self.upgradePolicy.canary.metric == 'MeanAcceptedLength'",
         "message": "with serving.adaptiveVerification vLLM verifies a varying share of each draft, so α is not "
         "measured: a canary compares MeanAcceptedLength (upgradePolicy.canary.metric)",

@@ -277,7 +277,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
             revision=revision,
             observed_at=observed_at,
             min_samples=tuning.min_samples,
-            adaptive=parsed_spec.serving.adaptive_verification,
+            adaptive=bool(parsed_spec.serving.adaptive_verification),
         )
         if tuning.mode == "Off":
             acc = evolve(acc, None, recommended_k=None)
