@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from speculator_operator.domain.qualification import Check, Evidence
 from speculator_operator.render.training import WORKSPACE
 
 from ..lanes import REPO, make_tiny_verifier, run_in, workloads_env_path
-from .images import EVIDENCE_ENV, IMAGES, qualifying
+from .images import EVIDENCE_ENV, IMAGES, UNBUILT_ENV, qualifying
 
 __all__ = ["REPO", "container_argv", "ensure_bucket", "run_in"]
 # every algorithm vLLM loads as a draft (the algorithm table): each one a `train --dry-run` from the tiny verifier
@@ -137,6 +138,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     import datetime
     import platform
+
+    # an image hack/qualify-release could not build is a failed check of its own, with the build's reason
+    unbuilt = json.loads(os.environ.get(UNBUILT_ENV) or "{}")
+    checks = [Check(name=f"build: {role} image", passed=False, detail=why) for role, why in sorted(unbuilt.items())]
+    if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        # interrupted, or a module that did not even collect: the checks recorded are not all of them
+        ended = pytest.ExitCode(exitstatus).name
+        checks.append(Check(name="session", passed=False, detail=f"pytest ended with {ended}"))
+    CHECKS.extend(checks)
 
     release = qualifying()
     memory = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()

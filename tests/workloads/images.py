@@ -24,6 +24,7 @@ from ..lanes import REPO
 
 QUALIFY_ENV = "SPECULATOR_QUALIFY_RELEASE"
 EVIDENCE_ENV = "SPECULATOR_EVIDENCE_OUT"
+UNBUILT_ENV = "SPECULATOR_UNBUILT"  # {role: why} for images hack/qualify-release could not build
 # the images the session's checks ran in, by role (written into the evidence at the session's end)
 IMAGES: dict[str, ImageEvidence] = {}
 

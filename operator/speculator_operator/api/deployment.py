@@ -208,12 +208,12 @@ class Serving(Model):
     cutoff: Cutoff | None = Field(default=None, description="Switch speculation off above a batch size.")
     adaptive_verification: bool | None = Field(
         default=None,  # no schema default: an object written by this operator stays readable by one without the field
-        description="Off unless true. vLLM's enable_adaptive_verification: each engine step verifies only the draft slots its "
-        "confidence says will pay, 0..K per request (DSpark; DFlash2 from vLLM 0.34; the V2 model runner, full CUDA "
-        "graphs, no LoRA, pipeline parallel 1). vLLM then decides per step, so the per-batch-size schedule and K "
-        "tuning stand down, and the spec-decode counters count a trimmed draft token as drafted and not accepted: "
-        "status.acceptance.basis says so, α and the modelled speedup are not given, and the speedup is measured "
-        "from live step times instead (docs/concepts/telemetry.md).",
+        description="Off unless true. vLLM's enable_adaptive_verification: each engine step verifies only the draft "
+        "slots its confidence says will pay, 0..K per request (DSpark; DFlash2 from vLLM 0.34; the V2 model runner, "
+        "full CUDA graphs, no LoRA, pipeline parallel 1). vLLM then decides per step, so the per-batch-size schedule "
+        "and K tuning stand down, and the spec-decode counters count a trimmed draft token as drafted and not "
+        "accepted: status.acceptance.basis says so, α and the modelled speedup are not given, and the speedup is "
+        "measured from live step times instead (docs/concepts/telemetry.md).",
     )
     max_num_seqs: int = Field(default=256, ge=1, le=65536, description="vLLM --max-num-seqs.")
     served_model_name: str | None = Field(

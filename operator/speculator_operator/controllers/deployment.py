@@ -26,7 +26,7 @@ from speculator_operator.domain.checkpoint import (
     read_verifier,
 )
 from speculator_operator.domain.priors import pair_size
-from speculator_operator.domain.releases import get_release
+from speculator_operator.domain.releases import Release
 from speculator_operator.planning import Problem, parse_spec, requests
 from speculator_operator.planning import canary as canaries
 from speculator_operator.planning.deployment import (
@@ -128,8 +128,15 @@ def other_workload(namespace: str, name: str, spec: SpeculatorDeploymentSpec) ->
 
 
 def _observe_inputs(
-    name: str, namespace: str, spec: SpeculatorDeploymentSpec, generation: int, status: SpeculatorDeploymentStatus
+    name: str,
+    namespace: str,
+    spec: SpeculatorDeploymentSpec,
+    release: Release,
+    generation: int,
+    status: SpeculatorDeploymentStatus,
 ) -> Observed:
+    """What the pass reads: its children and pods, the verifier's config, the draft and its audit, by `release` (the
+    one parse_spec resolved: the spec's, else the one the object kept, so that render and audit agree)."""
     child, served = workload(namespace, name, spec)
     obs = Observed(generation=generation, status=status, child=child, lws_served=served)
     obs.other = other_workload(namespace, name, spec)
@@ -161,7 +168,6 @@ def _observe_inputs(
             obs.verifier_manifest = ref.manifest  # the files its pods stage
     else:
         obs.verifier_revision = spec.verifier.revision  # a pvc:// verifier is read by the pods, which mount it
-    release = get_release(spec.release)
     try:
         ck = load_served(source, draft_creds)
     except CheckpointError as exc:
@@ -236,7 +242,7 @@ class _Pass:
         if isinstance(parsed, Problem):
             p = failed(Observed(generation=self.generation, status=current), parsed.reason, parsed.message)
         else:
-            obs = _observe_inputs(self.name, self.namespace, parsed[0], self.generation, current)
+            obs = _observe_inputs(self.name, self.namespace, parsed[0], parsed[1], self.generation, current)
             p = plan(
                 self.name,
                 self.namespace,
