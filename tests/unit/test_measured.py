@@ -19,7 +19,7 @@ from speculator_operator.domain.priors import PairSize
 from speculator_operator.domain.releases import get_release
 from speculator_operator.domain.sweep import PLAIN, Curve, Point
 from speculator_operator.planning.deployment import Observed, plan
-from speculator_operator.planning.measured import deployment_device, effective_cost
+from speculator_operator.planning.measured import deployment_device, effective_cost, measured
 from speculator_operator.telemetry.acceptance import economics_of
 
 from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
@@ -198,3 +198,15 @@ def test_speculation_off_by_the_sweep_says_so_in_the_condition() -> None:
     # Auto tuning's own switch-off (it has tuned K to 0) is said as tuning's, with its probe
     tuned = disabled_condition(1, TuningStatus(mode="Auto", k=0, probe_at="2026-12-06T10:00:00Z"), swept)
     assert "probe revision" in tuned.message
+
+
+def test_under_adaptive_verification_a_sweep_sets_neither_k_nor_schedule() -> None:
+    """vLLM decides per step how much of the draft to verify: a sweep's static K (0 included) must not replace the
+    checkpoint's, and its schedule is not rendered; the measured cost still stands."""
+    adaptive = spec(adaptiveVerification=True)
+    found = measured(adaptive, get_release(), {"job": "ml/train-q", "sweep": STEPPED.wire()}, "dspark", 3, None)
+    assert found.tuned is None
+    assert found.economics["schedule_from"] == "adaptiveVerification"
+    assert found.economics["source"] == "sweep"
+    plain = measured(spec(), get_release(), {"job": "ml/train-q", "sweep": STEPPED.wire()}, "dspark", 3, None)
+    assert plain.tuned is not None  # the same sweep without adaptive verification sets K and the schedule

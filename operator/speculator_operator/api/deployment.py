@@ -492,10 +492,13 @@ class PairEconomics(Model):
     effective_cost_ratio: float | None = Field(
         default=None, description="The draft's cost per forward relative to a plain step, as measured (sweep or live)."
     )
-    schedule_from: Literal["numSpeculativeTokens", "cutoff", "tuning", "sweep", "checkpoint"] | None = Field(
+    schedule_from: (
+        Literal["adaptiveVerification", "numSpeculativeTokens", "cutoff", "tuning", "sweep", "checkpoint"] | None
+    ) = Field(
         default=None,
-        description="What set the served K and schedule, in precedence order: the spec's K, its cutoff, Auto tuning, "
-        "the measured sweep, else the checkpoint's K at every batch size.",
+        description="What set the served K and schedule, in precedence order: adaptive verification (vLLM per step, "
+        "no schedule), the spec's K, its cutoff, Auto tuning, the measured sweep, else the checkpoint's K at every "
+        "batch size.",
     )
     sweep: SweepRef | None = Field(default=None, description="The measured sweep used, where one is.")
     plain_steps: list[list[float]] | None = Field(

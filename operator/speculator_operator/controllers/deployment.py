@@ -322,7 +322,8 @@ class _Pass:
         retrain request)."""
         current = self.status.status
         try:
-            manifest = retrain_job(self.name, self.namespace, self.uid, spec, revision, request)
+            manifest = retrain_job(self.name, self.namespace, self.uid, spec, revision, request,
+                                   release=spec.release or current.release)  # fmt: skip
         except ValueError as exc:
             self.status.set(retrain_status(current, self.generation, None, revision, str(exc)), "retrain")
             self.events.append(("Warning", "RetrainUnavailable", str(exc)))

@@ -81,7 +81,9 @@ def measured(
 ) -> Measured:
     """What the draft's sweep decides for this deployment (`tuned`: what Auto tuning already decided, if anything)."""
     s = spec.serving
-    if s.num_speculative_tokens != "auto":
+    if s.adaptive_verification:  # vLLM verifies per step: no schedule or K is chosen here, a sweep's included
+        schedule_from = "adaptiveVerification"
+    elif s.num_speculative_tokens != "auto":
         schedule_from = "numSpeculativeTokens"
     elif s.cutoff is not None:
         schedule_from = "cutoff"

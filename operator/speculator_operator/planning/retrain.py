@@ -34,9 +34,11 @@ def retrain_job(
     spec: SpeculatorDeploymentSpec,
     revision: str,
     request: str | None = None,
+    release: str | None = None,
 ) -> dict[str, Any]:
     """The SpeculatorTrainJob for the new verifier revision from upgradePolicy.trainTemplate; ValueError
-    names what is wrong with the template."""
+    names what is wrong with the template. A template naming no release trains on `release`, the one the deployment
+    serves (its spec's, else the one it kept), so that the draft comes back for the vLLM that will serve it."""
     template = dict(spec.upgrade_policy.train_template or {})
     if not template:
         raise ValueError("upgradePolicy.trainTemplate is not set")
@@ -47,6 +49,8 @@ def retrain_job(
     if spec.verifier.is_hub:
         verifier["revision"] = revision  # train against exactly the revision that was resolved
     body = {**template, "verifier": verifier, "deployTo": name}
+    if release and not template.get("release"):
+        body["release"] = release
     try:
         SpeculatorTrainJobSpec.model_validate(body)
     except ValidationError as exc:

@@ -617,9 +617,9 @@ def vllm_features(ctx: AuditContext) -> Iterator[str]:
     if ck.algorithm == Algorithm.DSPARK and ck.config.get("sample_from_anchor") is not None:
         used.append(("sample_from_anchor", "sample_from_anchor"))
     for feature, what in used:
-        need = VLLM_FEATURES[feature].first
-        if vllm < need:
-            yield f"{what} needs vLLM >= {need}; the pinned vLLM {vllm} would ignore it and serve a different model"
+        why = VLLM_FEATURES[feature].why_not(vllm, what)  # the span's both ends: a later vLLM may drop it again
+        if why:
+            yield f"{why}: it would ignore it and serve a different model"
 
 
 @rule("vllm-defaults", Severity.ERROR, "absent keys that vLLM reads differently from speculators", needs="vllm")
