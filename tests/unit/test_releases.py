@@ -46,7 +46,7 @@ def test_unknown_and_unqualified_requests_name_the_supported_ones(
     unqualified = [r for r in RELEASES.values() if r.level is Level.UNQUALIFIED]
     assert [r.name for r in unqualified] == ["2026.12-vllm0.34"]
     with pytest.raises(
-        ReleaseError, match=r"has not been qualified \(hack/qualify-release 2026\.12-vllm0\.34\)"
+        ReleaseError, match=r"is Unqualified: no passed qualification \(hack/qualify-release 2026\.12-vllm0\.34\)"
     ) as err:
         get_release(unqualified[0].name)
     assert DEFAULT_RELEASE in str(err.value)
@@ -74,7 +74,7 @@ def test_passed_evidence_makes_a_release_without_a_cpu_build_checked_and_a_faile
     assert get_release("2026.12-vllm0.34").level is Level.CHECKED
     record["checks"].append({"name": "vllm-parser", "passed": False, "detail": "refused"})
     (tmp_path / "2026.12-vllm0.34.json").write_text(json.dumps(record))
-    with pytest.raises(ReleaseError, match="has not been qualified"):
+    with pytest.raises(ReleaseError, match="is Unqualified"):
         get_release("2026.12-vllm0.34")
 
 

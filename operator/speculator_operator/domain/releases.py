@@ -334,8 +334,8 @@ def get_release(name: str | None = None) -> Release:
         raise ReleaseError(f"unknown release {name!r}; supported: {_supported_text()}")
     if release.level is Level.UNQUALIFIED:
         raise ReleaseError(
-            f"release {name!r} (speculators {release.speculators}, vLLM {release.vllm}) has not been qualified "
-            f"(hack/qualify-release {name}){': ' + release.notes if release.notes else ''}; "
+            f"release {name!r} (speculators {release.speculators}, vLLM {release.vllm}) is Unqualified: no passed "
+            f"qualification (hack/qualify-release {name}){': ' + release.notes if release.notes else ''}; "
             f"supported: {_supported_text()}"
         )
     return release
