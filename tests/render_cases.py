@@ -135,6 +135,7 @@ SERVE_CASES: dict[str, tuple[dict[str, Any], serving.Draft]] = {
         {"serving": {"parallelism": {"data": 4, "nodes": 2}, "cutoff": {"maxBatchSize": 32}}},
         serving.Draft("eagle3", 3, "d" * 40),
     ),
+    "serve-dspark-adaptive": ({"serving": {"adaptiveVerification": True}}, serving.Draft("dspark", 8, "d" * 40)),
     "serve-stitched-mtp": (
         {
             "verifier": {"model": "s3://models/qwen3-next"},

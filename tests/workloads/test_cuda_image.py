@@ -55,7 +55,21 @@ for mod in ("torchvision", "torchaudio", "vllm.entrypoints.openai.api_server"):
         imports[mod] = "ok"
     except Exception as exc:
         imports[mod] = f"{type(exc).__name__}: {str(exc)[:300]}"
-print(json.dumps({"versions": found, "cuda": torch.version.cuda, "imports": imports}))
+# vLLM's own pins (its wheel's requirements for this platform, extras left out), each installed at a version it allows
+from packaging.requirements import Requirement
+unmet = []
+for text in m.requires("vllm") or []:
+    req = Requirement(text)
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue
+    try:
+        have = m.version(req.name)
+    except m.PackageNotFoundError:
+        unmet.append(f"{req} (not installed)")
+        continue
+    if not req.specifier.contains(have, prereleases=True):
+        unmet.append(f"{req} (installed {have})")
+print(json.dumps({"versions": found, "cuda": torch.version.cuda, "imports": imports, "unmet": unmet}))
 """
 
 
@@ -75,6 +89,7 @@ def test_the_installed_versions_are_the_release_tables_and_torch_is_a_cuda_build
     assert str(seen["cuda"]).startswith("13."), seen["cuda"]  # the CUDA 13 build of the shared torch layer
     # what vLLM itself imports at start; torchvision and torchaudio are vLLM's own pins beside this torch
     assert seen["imports"]["vllm.entrypoints.openai.api_server"] == "ok", seen["imports"]
+    assert seen["unmet"] == [], f"vLLM's own pins not met in the image: {seen['unmet']}"
     record_property("detail", f"installed {json.dumps(versions)}, torch CUDA {seen['cuda']}")
 
 
