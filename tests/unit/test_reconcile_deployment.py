@@ -113,6 +113,14 @@ def test_the_releases_level_is_in_status_and_said_once_per_release(
     assert moved.status.revision != served.status.revision  # the release is part of the revision: one rollout
 
 
+def test_a_pair_that_first_fails_its_audit_still_says_its_release_once(good: Any, bad: Any) -> None:
+    failing = plan("q", "ns", "uid", SPEC, get_release(), Observed(1, S(), "v1", bad))
+    assert failing.status.release == "2026.11-vllm0.32"  # written with the audit's result
+    assert [e[:2] for e in failing.events if e[1].startswith("Release")] == [("Normal", "ReleaseServed")]
+    fixed = plan("q", "ns", "uid", SPEC, get_release(), Observed(2, failing.status, "v1", good))
+    assert [e for e in fixed.events if e[1].startswith("Release")] == []  # said with the status that recorded it
+
+
 def test_failing_audit_creates_nothing_or_keeps_the_last_good_pair(bad: Any) -> None:
     p = plan("q", "ns", "uid", SPEC, get_release(), Observed(1, S(), "v1", bad))
     assert p.children is None

@@ -164,3 +164,15 @@ def test_a_train_job_on_another_release_renders_every_stage_with_that_releases_i
     assert all(f":{release.name}-{package_tag()}" in i for i in found), found
     assert any("/trainer:" in i for i in found)
     assert any("/server:" in i for i in found)  # the extraction and evaluation servers: its vLLM
+
+
+def test_every_recorded_evidence_file_reads_and_names_its_own_release() -> None:
+    """A committed evidence file must load (a malformed one would fail every pass that asks a level) and be about the
+    release its name says, and that release must be in the table."""
+    files = sorted(qualification.EVIDENCE_DIR.glob("*.json"))
+    assert files, "no evidence is recorded: the default release's at least is committed"
+    for path in files:
+        recorded = qualification.evidence(path.stem)
+        assert recorded is not None, path.name
+        assert recorded.release == path.stem, path.name
+        assert release_row(path.stem).name == path.stem

@@ -77,7 +77,7 @@ def operator_image() -> str:
 
 
 class ReleaseError(ValueError):
-    """An unknown, unverified or malformed release or version request."""
+    """An unknown, Unqualified or malformed release or version request."""
 
 
 class Version(packaging.version.Version):

@@ -80,6 +80,12 @@ class Plan:
     prune: list[tuple[str, str, str]] = field(default_factory=list)  # (apiVersion, kind, name) to delete after applying
 
 
+def release_moved(status: SpeculatorDeploymentStatus, release: Release) -> bool:
+    """Whether the status about to be written names another release or level than the one stored: the one event
+    per release (release_event) goes with that write, wherever the pass writes it."""
+    return status.release != release.name or status.release_level != str(release.level)
+
+
 def release_event(release: Release) -> tuple[str, str, str]:
     """Said once per release (and level) a deployment is served with: a Checked release has never been served by this
     project (docs/concepts/releases.md), so the first pods on it deserve a look."""
@@ -273,7 +279,8 @@ def plan(
             phase="Degraded" if keep else "Failed",
             **common,
         )  # fmt: skip
-        return Plan(None, status, [("Warning", AuditedReason.FAILED, message)])
+        said = [release_event(release)] if release_moved(obs.status, release) else []  # written with `common`
+        return Plan(None, status, [("Warning", AuditedReason.FAILED, message), *said])
     try:
         draft = draft_of(ck)
     except RenderError as exc:
@@ -356,7 +363,7 @@ def plan(
     events = list(shaped.events or [])
     if obs.status.revision != revision:
         events.append(("Normal", "RollingOut", f"applying revision {revision}"))
-    if obs.status.release != release.name or obs.status.release_level != str(release.level):
+    if release_moved(obs.status, release):
         events.append(release_event(release))
     prune = list(shaped.prune)
     done = canaries.promoted(status, name, now())
