@@ -127,7 +127,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         longrepr = report.longrepr
         detail = str(longrepr[-1]) if isinstance(longrepr, tuple) else str(longrepr)
     elif report.failed:
-        detail = f"{report.when}: " + (report.longreprtext.strip().splitlines() or ["failed"])[-1][:500]
+        crash = getattr(report.longrepr, "reprcrash", None)  # the exception's own message, the assertion's included
+        said = crash.message if crash is not None else (report.longreprtext.strip().splitlines() or ["failed"])[-1]
+        detail = f"{report.when}: {said}"[:500]
     CHECKS[:] = [c for c in CHECKS if c.name != name or c.passed]  # a failed teardown replaces the passed call
     CHECKS.append(Check(name=name, passed=report.passed, detail=detail))
 
