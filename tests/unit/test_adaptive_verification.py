@@ -54,6 +54,11 @@ def test_where_vllm_cannot_verify_adaptively_the_render_refuses_naming_why(
     assert got["enable_adaptive_verification"] is True
 
 
+def test_an_offline_render_refuses_a_cutoff_beside_it_as_the_crd_does() -> None:
+    with pytest.raises(RenderError, match=r"serving\.adaptiveVerification: .*serving\.cutoff"):
+        render(Inputs("d", "ns", spec(cutoff={"maxBatchSize": 8}), get_release(), Draft("dspark", 8), "v" * 40))
+
+
 def test_the_counters_then_give_no_alpha_and_the_speedup_is_measured_from_live_step_times() -> None:
     econ = Economics(k=7, algorithm="dspark", cost_ratio=0.15, max_k=7, source="prior",
                      plain_steps=((1.0, 10.0), (64.0, 20.0)))  # fmt: skip

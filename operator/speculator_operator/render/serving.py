@@ -211,6 +211,9 @@ def adaptive_refusal(inputs: Inputs) -> None:
         refusal = f"vLLM {vllm} verifies adaptively for DSpark (and DFlash2 from 0.34) drafts only, not {algo}"
     if refusal is None and inputs.spec.serving.layout.pipeline > 1:
         refusal = "vLLM refuses adaptive verification with pipeline parallelism"
+    if refusal is None and inputs.spec.serving.cutoff is not None:
+        # the CRD's CEL rule says the same; an offline render (speculator-operator render) meets no apiserver
+        refusal = "it and a serving.cutoff schedule cannot both decide K"
     if refusal is not None:
         raise RenderError(f"serving.adaptiveVerification: {refusal}")
 
