@@ -183,6 +183,7 @@ def test_a_job_whose_release_cannot_serve_its_algorithm_is_refused_before_any_st
     failed = next(c for c in p.status.conditions if c.type == "Failed")
     assert (p.status.phase, failed.reason) == ("Failed", "InvalidSpec")
     assert "vLLM 0.34.0 removed peagle" in failed.message
+    assert "name a release that serves peagle: 2026.11-vllm0.32" in failed.message  # the way out
     assert p.apply == []
     assert plan("q", "ml", "uid", spec, get_release(), observed()).status.phase == "Preparing"  # 0.32 serves it
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from speculator_operator.domain.algorithms import TABLE, Algorithm
+from speculator_operator.domain.releases import supported
 from speculator_operator.render.serving import RenderError
 from speculator_operator.render.training import common
 from speculator_operator.render.training.common import (
@@ -85,7 +86,13 @@ def stages(inputs: Inputs) -> list[Stage]:
     if not TABLE[Algorithm(algorithm)].stitched:
         refusal = inputs.release.serving_refusal(algorithm)
         if refusal:
-            raise RenderError(f"release {inputs.release.name} cannot serve what this job makes: {refusal}")
+            serving = [r.name for r in supported() if not r.serving_refusal(algorithm)]
+            way_out = (
+                f"name a release that serves {algorithm}: {', '.join(serving)}"
+                if serving
+                else (f"no usable release serves {algorithm}")
+            )
+            raise RenderError(f"release {inputs.release.name} cannot serve what this job makes: {refusal}; {way_out}")
     if inputs.spec.convert is not None:
         found = [fetch_stage(inputs), convert_stage(inputs)]
     else:
