@@ -221,11 +221,11 @@ def test_retraining_is_a_train_job_from_the_template_pinned_to_the_new_revision(
     assert job["spec"]["deployTo"] == "qwen"
     assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     assert "release" not in job["spec"]  # nothing resolved: the train job's own default
-    kept = retrain_job("qwen", "ml", "uid-1", spec, "0123456789abcdef", release="2026.11-vllm0.32")
+    kept = retrain_job("qwen", "ml", "uid-1", spec, "0123456789abcdef", kept_release="2026.11-vllm0.32")
     assert kept["spec"]["release"] == "2026.11-vllm0.32"  # the release the deployment serves, not the default's
     named = spec.model_copy(update={"upgrade_policy": spec.upgrade_policy.model_copy(
         update={"train_template": {**template, "release": "2026.12-vllm0.34"}})})  # fmt: skip
-    assert retrain_job("qwen", "ml", None, named, "r", release="2026.11-vllm0.32")["spec"]["release"] == (
+    assert retrain_job("qwen", "ml", None, named, "r", kept_release="2026.11-vllm0.32")["spec"]["release"] == (
         "2026.12-vllm0.34"
     )
     assert retrain_name("qwen", "s3:ABC-def") == "qwen-retrain-abcdef"

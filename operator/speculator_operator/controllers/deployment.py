@@ -323,7 +323,7 @@ class _Pass:
         current = self.status.status
         try:
             manifest = retrain_job(self.name, self.namespace, self.uid, spec, revision, request,
-                                   release=spec.release or current.release)  # fmt: skip
+                                   kept_release=current.release)  # fmt: skip
         except ValueError as exc:
             self.status.set(retrain_status(current, self.generation, None, revision, str(exc)), "retrain")
             self.events.append(("Warning", "RetrainUnavailable", str(exc)))

@@ -34,11 +34,12 @@ def retrain_job(
     spec: SpeculatorDeploymentSpec,
     revision: str,
     request: str | None = None,
-    release: str | None = None,
+    kept_release: str | None = None,
 ) -> dict[str, Any]:
     """The SpeculatorTrainJob for the new verifier revision from upgradePolicy.trainTemplate; ValueError
-    names what is wrong with the template. A template naming no release trains on `release`, the one the deployment
-    serves (its spec's, else the one it kept), so that the draft comes back for the vLLM that will serve it."""
+    names what is wrong with the template. A template naming no release trains on the one the deployment serves (its
+    spec's, else `kept_release`, its status.release), so that the draft comes back for the vLLM that will serve it."""
+    release = spec.release or kept_release
     template = dict(spec.upgrade_policy.train_template or {})
     if not template:
         raise ValueError("upgradePolicy.trainTemplate is not set")
