@@ -17,6 +17,7 @@ from speculator_operator.planning import canary as canaries
 from speculator_operator.planning.deployment import Observed, Plan, plan
 from speculator_operator.planning.health import deployment_health
 from speculator_operator.planning.tuning import blocked
+from speculator_operator.telemetry.canary import Measured
 
 from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
 
@@ -70,12 +71,11 @@ def kinds(p: Plan) -> list[tuple[str, str]]:
     return [(c["kind"], c["metadata"]["name"]) for c in p.children or []]
 
 
-def measured(minute: int, cand: float, inc: float) -> canaries.Measured:
+def measured(minute: int, cand: float, inc: float) -> Measured:
     def side(alpha: float) -> Acceptance:
         return Acceptance(alpha=alpha, mean_accepted_length=1 + 2 * alpha, rate=alpha / 2, drafts=500)
 
-    return canaries.Measured(f"2099-01-01T00:{minute:02d}:00Z", f"2099-01-01T00:{minute + 5:02d}:00Z", side(cand),
-                             side(inc))  # fmt: skip
+    return Measured(f"2099-01-01T00:{minute:02d}:00Z", f"2099-01-01T00:{minute + 5:02d}:00Z", side(cand), side(inc))
 
 
 def test_a_new_draft_starts_a_canary_beside_the_untouched_incumbent(three: list[Any]) -> None:

@@ -34,7 +34,6 @@ from speculator_operator.api.deployment import (
 )
 from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.planning import Problem, parse_spec
-from speculator_operator.planning.canary import Measured
 from speculator_operator.planning.passes import Cause
 from speculator_operator.planning.tuning import blocked, plan_tuning
 from speculator_operator.planning.watched import ready, scrape_target, scraped
@@ -52,7 +51,7 @@ from speculator_operator.telemetry.acceptance import (
     plan_update,
     priced,
 )
-from speculator_operator.telemetry.canary import Analysis, analysis_now
+from speculator_operator.telemetry.canary import Analysis, Measured, analysis_now
 
 PLURAL = "speculatordeployments"
 SCRAPE_INTERVAL = float(os.environ.get("SPECULATOR_SCRAPE_INTERVAL_SECONDS", "15"))
