@@ -6,13 +6,15 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any, cast
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from speculator_operator.api.common import GROUP, VERSION, evolve, now
+from speculator_operator.api.common import GROUP, VERSION, evolve, stamp
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, TRACK_LABEL
 from speculator_operator.controllers import drift, observed, telemetry
@@ -45,6 +47,7 @@ from speculator_operator.planning.deployment import (
 from speculator_operator.planning.handover import offer_due, offer_of, served, take_offer
 from speculator_operator.planning.health import deployment_health
 from speculator_operator.planning.inputs import InputAction, draft_change, verifier_change
+from speculator_operator.planning.judgement import judge
 from speculator_operator.planning.passes import READINESS_PRIORITY, Cause, Step, deployment_steps, refresh_cause
 from speculator_operator.planning.pods import pod_problem
 from speculator_operator.planning.requests import Request
@@ -225,8 +228,14 @@ class _Pass:
         meta = raw["metadata"]
         self.namespace, self.name, self.uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
         self.generation = int(meta.get("generation") or 0)
+        self.now = datetime.now(UTC)  # the pass's time, read once: every decision in it is made at this time
         self.status = PassStatus(
-            SpeculatorDeploymentStatus, PLURAL, self.namespace, self.name, raw.get("status") or {}, deployment_health
+            SpeculatorDeploymentStatus,
+            PLURAL,
+            self.namespace,
+            self.name,
+            raw.get("status") or {},
+            partial(deployment_health, now=self.now),
         )
         self.events: list[tuple[str, str, str]] = []
         self.reconciled: Plan | None = None
@@ -240,7 +249,9 @@ class _Pass:
         parsed = parse_spec(SpeculatorDeploymentSpec, self.raw.get("spec") or {}, current.release)
         known: dict[drift.Ref, dict[str, Any] | None] = {}
         if isinstance(parsed, Problem):
-            p = failed(Observed(generation=self.generation, status=current), parsed.reason, parsed.message)
+            p = failed(
+                Observed(generation=self.generation, status=current), parsed.reason, parsed.message, now=self.now
+            )
         else:
             obs = _observe_inputs(self.name, self.namespace, parsed[0], parsed[1], self.generation, current)
             p = plan(
@@ -251,6 +262,7 @@ class _Pass:
                 parsed[1],
                 obs,
                 operator_settings.current().image_pull_secrets,
+                now=self.now,
             )
             layout = parsed[0].serving.layout
             # read by this pass: not read again to apply
@@ -267,7 +279,7 @@ class _Pass:
                     log.info("%s/%s: not applied, the namespace is being deleted", self.namespace, self.name)
                     return p
                 message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
-                self.status.set(apply_failed(p.status, self.generation, message), cause)
+                self.status.set(apply_failed(p.status, self.generation, message, now=self.now), cause)
                 self.events.append(("Warning", "ApplyFailed", message))
                 self.retry = True
                 return p
@@ -291,7 +303,7 @@ class _Pass:
         except (CheckpointError, CredentialsError) as exc:
             log.warning("%s/%s: verifier revision not resolved: %s", self.namespace, self.name, exc)
             return
-        action, new_status = verifier_change(parsed, current, resolved, self.generation)
+        action, new_status = verifier_change(parsed, current, resolved, self.generation, now=self.now)
         if action == InputAction.REDEPLOY:
             p = self.reconcile(Cause.POLL)
             if resolved and retrain_due(parsed, action, p.status, resolved):
@@ -310,7 +322,7 @@ class _Pass:
         except (CheckpointError, CredentialsError) as exc:
             log.warning("%s/%s: draft revision not resolved: %s", self.namespace, self.name, exc)
             return
-        change = draft_change(parsed, self.status.status, draft, self.generation)
+        change = draft_change(parsed, self.status.status, draft, self.generation, now=self.now)
         self.events.extend(change.events)
         if change.action == InputAction.REDEPLOY:
             self.reconcile(Cause.POLL)
@@ -325,7 +337,7 @@ class _Pass:
             manifest = retrain_job(self.name, self.namespace, self.uid, spec, revision, request,
                                    kept_release=current.release)  # fmt: skip
         except ValueError as exc:
-            self.status.set(retrain_status(current, self.generation, None, revision, str(exc)), "retrain")
+            self.status.set(retrain_status(current, self.generation, None, revision, str(exc), now=self.now), "retrain")
             self.events.append(("Warning", "RetrainUnavailable", str(exc)))
             return
         job = manifest["metadata"]["name"]
@@ -335,7 +347,7 @@ class _Pass:
         except ApiException as exc:
             if exc.status != 409:  # 409: created before (a restart, or the last poll)
                 raise
-        self.status.set(retrain_status(current, self.generation, job, revision, None), "retrain")
+        self.status.set(retrain_status(current, self.generation, job, revision, None, now=self.now), "retrain")
 
     def refresh(self, parsed: SpeculatorDeploymentSpec, cause: str) -> None:
         """The replica counts and readiness from the child Deployment (and, while it rolls out, the pods' own
@@ -353,8 +365,8 @@ class _Pass:
         if needs_pods(current, parsed):
             agree = seen is not None and pods_agree(child, seen.pods)
             pods = seen.pods if seen is not None and agree else deployment_pods(self.namespace, self.name)
-        new = refresh_serving(parsed, current, child, self.generation, pods)
-        done = canaries.promoted(new, self.name, now())
+        new = refresh_serving(parsed, current, child, self.generation, pods, now=self.now)
+        done = canaries.promoted(new, self.name, stamp(self.now))
         if done is not None:  # the promoted revision serves every replica: the canary's Deployment goes
             new = evolve(new, None, canary=done[0])
             kube.delete_object(*done[1][:2], self.namespace, done[1][2])
@@ -427,11 +439,11 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         tuned = decided = False
         judged = telemetry.held(key)
         if judged is not None and parsed is not None:
-            new, tuned, events = telemetry.judge(parsed, one.status.status, judged, one.generation)
+            new, tuned, events = judge(parsed, one.status.status, judged, one.generation, now=one.now)
             one.events.extend(events)
             if new is not None:
                 one.status.set(new, "tuning" if tuned else "scrape")
-            counted, said, verdict = canaries.judge_intervals(parsed, one.status.status, judged.canary, now())
+            counted, said, verdict = canaries.judge_intervals(parsed, one.status.status, judged.canary, stamp(one.now))
             one.events.extend(said)
             if counted is not None:
                 one.status.set(counted, "canary" if verdict else "scrape")

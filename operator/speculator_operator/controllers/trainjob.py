@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any, cast
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from speculator_operator.api.common import evolve, now, stored
+from speculator_operator.api.common import evolve, stamp, stored
 from speculator_operator.api.labels import MANAGED_BY_LABEL, STAGE_LABEL, TRAINJOB_LABEL
 from speculator_operator.api.podcontract import parse_progress, progress_seconds
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
@@ -172,10 +174,13 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         return DONE
     meta = body["metadata"]
     CONTROLLER.generations.done(meta["uid"], int(meta.get("generation") or 0))
-    status = PassStatus(SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, trainjob_health)
-    events = _fold_progress(key, status)
+    now = datetime.now(UTC)  # the pass's time, read once: every decision in it is made at this time
+    status = PassStatus(
+        SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, partial(trainjob_health, now=now)
+    )
+    events = _fold_progress(key, status, now)
     with metrics.reconciling("SpeculatorTrainJob"):
-        p, result = _reconcile(body, status)
+        p, result = _reconcile(body, status, now)
     status.write(ORDER)
     obj = kopf.Body(cast(kopf.RawBody, body))
     for reason, message in events:
@@ -186,7 +191,9 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     return result
 
 
-def _reconcile(body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus]) -> tuple[Plan, Result]:
+def _reconcile(
+    body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus], now: datetime
+) -> tuple[Plan, Result]:
     meta = body["metadata"]
     namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid")
     current = status.status
@@ -195,12 +202,12 @@ def _reconcile(body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus
     parsed = parse_spec(SpeculatorTrainJobSpec, body.get("spec") or {},
                         current.provenance.release if current.provenance else None)  # fmt: skip
     if isinstance(parsed, Problem):
-        p = failed(Observed(generation=generation, status=current), parsed.reason, parsed.message)
+        p = failed(Observed(generation=generation, status=current), parsed.reason, parsed.message, now=now)
         status.set(p.status, "reconcile")
         return p, DONE
     spec, release = parsed
     obs = observe(name, namespace, spec, generation, current)
-    p = plan(name, namespace, uid, spec, release, obs, operator_settings.current().image_pull_secrets)
+    p = plan(name, namespace, uid, spec, release, obs, operator_settings.current().image_pull_secrets, now=now)
     status.set(p.status, "reconcile")
     if p.apply:
         try:
@@ -220,7 +227,7 @@ def _reconcile(body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus
     if p.handoff is not None:
         target, uri = p.handoff
         reason, message = hand_off(namespace, name, target, uri)
-        p.status = handed_off(p.status, generation, target, reason, message)
+        p.status = handed_off(p.status, generation, target, reason, message, now=now)
         status.set(p.status, "handoff")
         if reason == HandOff.TARGET_MISSING:
             kopf.event(obj, type="Warning", reason=reason, message=message)
@@ -297,7 +304,7 @@ def read_progress(body: dict[str, Any]) -> bool:
         return False
     parsed = parse_progress(text, stage)
     old = status.get("progress") or {}
-    if parsed is None or progress.merged(old, parsed, stage, now()) == old:
+    if parsed is None or progress.merged(old, parsed, stage, stamp(datetime.now(UTC))) == old:
         return False
     # held, then enqueued: if the object was deleted meanwhile, that pass finds it gone and drops what is held
     _held[(namespace, name)] = (stage, parsed)
@@ -313,8 +320,11 @@ def fold_progress(namespace: str, name: str) -> list[tuple[str, str]]:
     if body is None or body["metadata"].get("deletionTimestamp"):
         _held.pop(key, None)
         return []
-    status = PassStatus(SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, trainjob_health)
-    events = _fold_progress(key, status)
+    now = datetime.now(UTC)  # the pass's time, read once
+    status = PassStatus(
+        SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, partial(trainjob_health, now=now)
+    )
+    events = _fold_progress(key, status, now)
     status.write(ORDER)
     for reason, message in events:
         with contextlib.suppress(LookupError):  # outside the operator (a test) there is no event poster
@@ -322,7 +332,9 @@ def fold_progress(namespace: str, name: str) -> list[tuple[str, str]]:
     return events
 
 
-def _fold_progress(key: tuple[str, str], status: PassStatus[SpeculatorTrainJobStatus]) -> list[tuple[str, str]]:
+def _fold_progress(
+    key: tuple[str, str], status: PassStatus[SpeculatorTrainJobStatus], now: datetime
+) -> list[tuple[str, str]]:
     """The progress held for `key` into the pass's status, if its stage is still the running one; the events
     for the epochs it is the first to show."""
     held = _held.pop(key, None)
@@ -330,7 +342,7 @@ def _fold_progress(key: tuple[str, str], status: PassStatus[SpeculatorTrainJobSt
     if held is None or current.stage != held[0] or not progress.reading_due(stored(current)):
         return []
     old = stored(current.progress) if current.progress is not None else {}
-    new = progress.merged(old, held[1], held[0], now())
+    new = progress.merged(old, held[1], held[0], stamp(now))
     if new == old:
         return []
     status.set(evolve(current, None, progress=new), "progress")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -67,7 +68,7 @@ def retrain_job(
 
 
 def retrain_status(status: SpeculatorDeploymentStatus, generation: int, job: str | None, revision: str,
-                   error: str | None) -> SpeculatorDeploymentStatus:  # fmt: skip
+                   error: str | None, *, now: datetime) -> SpeculatorDeploymentStatus:  # fmt: skip
     """VerifierCurrent=False while a retraining runs (or why it could not start); the pair keeps serving."""
     old = status.verifier_revision
     if job is None:
@@ -76,11 +77,12 @@ def retrain_status(status: SpeculatorDeploymentStatus, generation: int, job: str
             status,
             generation,
             make_condition(generation, "VerifierCurrent", False, VerifierReason.RETRAIN_UNAVAILABLE, message),
+            now=now,
         )
     message = (f"the verifier moved from {old} to {revision}; SpeculatorTrainJob {job} trains a draft for it; "
                "the current pair keeps serving until the new draft passes its audit")  # fmt: skip
     retraining = make_condition(generation, "VerifierCurrent", False, VerifierReason.RETRAINING, message)
-    return evolve(status, generation, retraining, retrain=RetrainStatus(job=job, verifier_revision=revision))
+    return evolve(status, generation, retraining, retrain=RetrainStatus(job=job, verifier_revision=revision), now=now)
 
 
 def train_job_output(stj: dict[str, Any] | None, job: str, verifier_model: str) -> tuple[str, str | None] | Problem:

@@ -17,6 +17,7 @@ import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -578,10 +579,13 @@ def plan_update(
     cond: Condition,
     tuning: TuningStatus | None,
     refilling: bool = False,
+    *,
+    now: datetime,
 ) -> Update:
     """The status and events after one judgement: acceptance only when it changed materially, the condition
     when its status or reason changed (its numbers only together with a material change), tuning when it
-    changed; one event per transition of the condition: a Warning into False, a Normal into True.
+    changed; one event per transition of the condition: a Warning into False, a Normal into True. `now`: the
+    judgement's time (a transition of the condition).
 
     `refilling`: the window is younger than its span since the operator (re)started. While it has too few
     samples, the judgement on record for the same revision stands (a restart is not news: no writes, no
@@ -606,7 +610,7 @@ def plan_update(
     moved = (old_status, old_reason) != (cond.status, cond.reason)
     new = current
     if moved or (material and (old.message if old else None) != cond.message):
-        new = evolve(current, None, cond)
+        new = evolve(current, None, cond, now=now)
         if cond.status == "False" and old_status != "False":
             out.events.append(("Warning", cond.reason, cond.message))
         elif cond.status == "True" and old_status != "True":
