@@ -10,15 +10,8 @@ import pytest
 from speculator_operator.api.common import make_condition
 from speculator_operator.api.deployment import PairEconomics, SpeculatorDeploymentStatus, SweepRef
 from speculator_operator.planning.measured import Measured, with_measured
-from speculator_operator.telemetry.acceptance import (
-    Economics,
-    Totals,
-    acceptance_status,
-    interpolate,
-    live_cost,
-    parse_sample,
-    plan_update,
-)
+from speculator_operator.telemetry.acceptance import Economics, acceptance_status, interpolate, live_cost, plan_update
+from speculator_operator.telemetry.vllm_metrics import Totals, parse_sample
 
 from ..clock import NOW
 

@@ -40,16 +40,14 @@ from speculator_operator.planning.watched import ready, scrape_target, scraped
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.telemetry.acceptance import (
-    MetricsError,
-    Window,
     acceptance_status,
     disabled_condition,
     economics_of,
     effective_condition,
     first_measure_due,
-    parse_sample,
 )
 from speculator_operator.telemetry.canary import Analysis, Measured, analysis_now
+from speculator_operator.telemetry.vllm_metrics import MetricsError, Window, parse_sample
 
 PLURAL = "speculatordeployments"
 SCRAPE_INTERVAL = float(os.environ.get("SPECULATOR_SCRAPE_INTERVAL_SECONDS", "15"))

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
-from speculator_operator.telemetry.acceptance import Economics, Window, acceptance_status
+from speculator_operator.telemetry.acceptance import Economics, acceptance_status
+from speculator_operator.telemetry.vllm_metrics import Window
 
 
 @dataclass(frozen=True)
