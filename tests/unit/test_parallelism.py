@@ -11,9 +11,10 @@ import pytest
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import LWS_GROUP_KEY_LABEL, REVISION_LABEL, ROLE_LABEL
-from speculator_operator.api.parallelism import Layout, Parallelism, layout
+from speculator_operator.api.parallelism import Parallelism, layout
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.domain.checkpoint import audit
+from speculator_operator.domain.parallelism import Layout
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning.deployment import Observed, plan, serving_status
 from speculator_operator.planning.health import deployment_health
@@ -25,6 +26,7 @@ from speculator_operator.render import group, serving, training
 from speculator_operator.render.serving import Draft, Inputs, RenderError, render
 
 from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
+from ..clock import NOW
 
 
 def spec(**serving_: Any) -> SpeculatorDeploymentSpec:
@@ -168,7 +170,7 @@ def test_without_the_lws_api_nothing_is_created_and_the_object_is_stalled(good: 
     two = spec(parallelism={"tensor": 2, "nodes": 2})
 
     def planned(status: SpeculatorDeploymentStatus, **observed: Any) -> Any:
-        return plan("q", "ns", "uid", two, get_release(), Observed(3, status, "v1", good, **observed))
+        return plan("q", "ns", "uid", two, get_release(), Observed(3, status, "v1", good, **observed), now=NOW)
 
     p = planned(SpeculatorDeploymentStatus(), lws_served=False)
     assert p.children is None
@@ -177,13 +179,13 @@ def test_without_the_lws_api_nothing_is_created_and_the_object_is_stalled(good: 
     assert (ready.status, ready.reason) == ("False", ServingReason.LWS_UNAVAILABLE)
     assert "LeaderWorkerSet" in ready.message
     assert "install" in ready.message
-    stalled = next(c for c in deployment_health(p.status).conditions if c.type == "Stalled")
+    stalled = next(c for c in deployment_health(p.status, now=NOW).conditions if c.type == "Stalled")
     assert stalled.reason == ServingReason.LWS_UNAVAILABLE
     # a single-node pair still serving keeps serving (Degraded) and is still Stalled
     kept = planned(SpeculatorDeploymentStatus(), lws_served=False, other=OLD_DEPLOYMENT)
     assert kept.status.phase == "Degraded"
     assert kept.children is None
-    assert any(c.type == "Stalled" for c in deployment_health(kept.status).conditions)
+    assert any(c.type == "Stalled" for c in deployment_health(kept.status, now=NOW).conditions)
     # with the API: a group, and the Deployment of the old layout deleted only once the group is ready
     served = planned(SpeculatorDeploymentStatus(), lws_served=True, other=OLD_DEPLOYMENT)
     assert next(c["kind"] for c in served.children or []) == "LeaderWorkerSet"
@@ -331,13 +333,16 @@ def test_a_train_job_whose_server_needs_a_group_waits_stalled_without_the_lws_ap
             jobs={"fetch": done, "prepare": done},
             lws_served=served,
         )
-        return trainjob.plan("q", "ml", "uid", parsed, get_release(), obs)
+        return trainjob.plan("q", "ml", "uid", parsed, get_release(), obs, now=NOW)
 
     waiting = at_extract(False)
     assert waiting.apply == []  # neither the server nor the extraction Job
     failed = next(c for c in waiting.status.conditions if c.type == "Failed")
     assert (failed.status, failed.reason) == ("False", ServingReason.LWS_UNAVAILABLE)
-    assert next(c for c in trainjob_health(waiting.status).conditions if c.type == "Stalled").reason == failed.reason
+    assert (
+        next(c for c in trainjob_health(waiting.status, now=NOW).conditions if c.type == "Stalled").reason
+        == failed.reason
+    )
     running = at_extract(True)
     assert [c["kind"] for c in running.apply] == ["LeaderWorkerSet", "Service"]
 

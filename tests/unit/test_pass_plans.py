@@ -4,6 +4,7 @@ cluster: the decisions are made here, the executor only carries them out."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,7 +22,8 @@ SPEC = SpeculatorDeploymentSpec.model_validate(
     {"verifier": {"model": "Qwen/Qwen3-8B"}, "speculator": {"source": "hf://acme/d"}, "serving": {"replicas": 2}}
 )
 TEMPLATE = {"algorithm": "eagle3", "data": {"sources": ["hf:org/chats"]}, "output": {"uri": "s3://d/new"}}
-NOW = "2099-01-01T00:00:00Z"
+NOW = datetime(2099, 1, 1, tzinfo=UTC)
+NOW_STAMP = "2099-01-01T00:00:00Z"
 
 
 def with_policy(**update: Any) -> SpeculatorDeploymentSpec:
@@ -44,7 +46,7 @@ def test_a_promoted_canary_goes_once_its_revision_serves_every_replica() -> None
                                   SPEC, None, "r2", NOW)  # fmt: skip
     assert status.canary is not None
     assert status.canary.state == "Promoted"
-    assert status.canary.verdict_at == NOW
+    assert status.canary.verdict_at == NOW_STAMP
     assert gone == [("apps/v1", "Deployment", "pair-canary")]
     assert said == []
     for waiting in (
@@ -67,7 +69,7 @@ def test_the_workload_of_the_other_kind_is_retired_once_the_new_one_is_ready() -
 
 def test_a_new_verifier_under_redeploy_reconciles_then_retrains_only_if_the_draft_failed() -> None:
     spec = with_policy(on_verifier_change="Redeploy", train_template=TEMPLATE)
-    polled = verifier_polled(spec, S({"verifierRevision": "v1"}), "v2", 1)
+    polled = verifier_polled(spec, S({"verifierRevision": "v1"}), "v2", 1, now=NOW)
     assert polled == Polled(reconcile=True, retrain="v2", retrain_if_degraded=True)
     assert retrain_after_reconcile(spec, S({"phase": "Degraded"}), "v2")
     assert not retrain_after_reconcile(spec, S({"phase": "Deploying"}), "v2")  # the draft passed against it
@@ -76,16 +78,16 @@ def test_a_new_verifier_under_redeploy_reconciles_then_retrains_only_if_the_draf
 
 def test_a_new_verifier_under_retrain_retrains_once_per_revision() -> None:
     spec = with_policy(on_verifier_change="Retrain", train_template=TEMPLATE)
-    assert verifier_polled(spec, S({"verifierRevision": "v1"}), "v2", 1) == Polled(retrain="v2")
+    assert verifier_polled(spec, S({"verifierRevision": "v1"}), "v2", 1, now=NOW) == Polled(retrain="v2")
     retraining_v2 = S({"verifierRevision": "v1", "retrain": {"job": "j", "verifierRevision": "v2"}})
-    assert verifier_polled(spec, retraining_v2, "v2", 1) == Polled()
+    assert verifier_polled(spec, retraining_v2, "v2", 1, now=NOW) == Polled()
 
 
 def test_an_unchanged_verifier_polls_the_draft_unless_a_retraining_pins_the_pair() -> None:
-    assert verifier_polled(SPEC, S({"verifierRevision": "v1"}), "v1", 1) == Polled(draft=True)
+    assert verifier_polled(SPEC, S({"verifierRevision": "v1"}), "v1", 1, now=NOW) == Polled(draft=True)
     pinned = S({"verifierRevision": "v1", "observedGeneration": 1, "retrain": {"job": "j", "verifierRevision": "v2"}})
-    assert verifier_polled(SPEC, pinned, "v1", 1) == Polled()
-    paused = verifier_polled(with_policy(on_verifier_change="Pause"), S({"verifierRevision": "v1"}), "v2", 1)
+    assert verifier_polled(SPEC, pinned, "v1", 1, now=NOW) == Polled()
+    paused = verifier_polled(with_policy(on_verifier_change="Pause"), S({"verifierRevision": "v1"}), "v2", 1, now=NOW)
     assert paused.status is not None
     assert paused.draft
     assert not paused.reconcile
@@ -93,19 +95,19 @@ def test_an_unchanged_verifier_polls_the_draft_unless_a_retraining_pins_the_pair
 
 def test_a_new_draft_reconciles_or_pauses() -> None:
     serving = S({"draftRevision": "s3:old", "revision": "r1", "phase": "Ready"})
-    redeploy = draft_polled(with_policy(on_draft_change="Redeploy"), serving, "s3:new", 1)
+    redeploy = draft_polled(with_policy(on_draft_change="Redeploy"), serving, "s3:new", 1, now=NOW)
     assert redeploy.reconcile
     assert redeploy.status is None
     assert not redeploy.draft
-    paused = draft_polled(with_policy(on_draft_change="Pause"), serving, "s3:new", 1)
+    paused = draft_polled(with_policy(on_draft_change="Pause"), serving, "s3:new", 1, now=NOW)
     assert not paused.reconcile
     assert paused.status is not None
-    assert draft_polled(SPEC, serving, "s3:old", 1) == Polled()
+    assert draft_polled(SPEC, serving, "s3:old", 1, now=NOW) == Polled()
 
 
 def test_a_retraining_plans_its_train_job_or_says_why_not() -> None:
     spec = with_policy(on_verifier_change="Retrain", train_template=TEMPLATE)
-    status, writes = plan_retrain("pair", "ns", "u1", spec, S({"verifierRevision": "v1"}), 3, "v2")
+    status, writes = plan_retrain("pair", "ns", "u1", spec, S({"verifierRevision": "v1"}), 3, "v2", now=NOW)
     assert [c.plural for c in writes.creates] == ["speculatortrainjobs"]
     create = writes.creates[0]
     assert isinstance(create, Create)
@@ -118,7 +120,7 @@ def test_a_retraining_plans_its_train_job_or_says_why_not() -> None:
         "Retraining",
         "SpeculatorTrainJob pair-retrain-v2 for verifier v2",
     )
-    status, writes = plan_retrain("pair", "ns", "u1", SPEC, S({"verifierRevision": "v1"}), 3, "v2")
+    status, writes = plan_retrain("pair", "ns", "u1", SPEC, S({"verifierRevision": "v1"}), 3, "v2", now=NOW)
     assert writes.creates == ()
     assert [e[1] for e in writes.events] == ["RetrainUnavailable"]
     assert status.retrain is None

@@ -14,7 +14,7 @@ import pytest
 from speculator_operator.controllers import telemetry, watches
 from speculator_operator.planning.watched import trimmed_pod
 from speculator_operator.runtime import scheduler as periodic
-from speculator_operator.telemetry.acceptance import Window
+from speculator_operator.telemetry.vllm_metrics import Window
 
 # names no cluster test uses: an operator run in this process before may have left series of its own
 NAMESPACE, NAME, UID = "unit-telemetry-gone", "pair", "unit-telemetry-gone-uid"

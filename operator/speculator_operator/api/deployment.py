@@ -8,7 +8,8 @@ from pydantic import ConfigDict, Field
 
 from speculator_operator.api.canary import Canary, CanaryStatus
 from speculator_operator.api.common import Condition, Model, SecretRef
-from speculator_operator.api.parallelism import PARALLEL_FLAGS, Layout, Parallelism, layout, layout_rules
+from speculator_operator.api.parallelism import PARALLEL_FLAGS, Parallelism, layout, layout_rules
+from speculator_operator.domain.parallelism import Layout
 
 # what a draft served by vLLM can be (speculators_model_type; mtp: a head stitched into its verifier), spelled out
 # for the schema (tests/unit/test_one_table.py checks it against the algorithm table)

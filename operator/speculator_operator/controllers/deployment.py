@@ -9,12 +9,14 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
-from speculator_operator.api.common import evolve, now
+from speculator_operator.api.common import evolve, stamp
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import DEPLOYMENT_LABEL
 from speculator_operator.controllers import drift, observed, telemetry
@@ -46,6 +48,7 @@ from speculator_operator.planning.deployment import (
 )
 from speculator_operator.planning.handover import offer_due, offer_of, served, take_offer
 from speculator_operator.planning.health import deployment_health
+from speculator_operator.planning.judgement import judge
 from speculator_operator.planning.passes import Cause, Step, deployment_steps, refresh_cause
 from speculator_operator.planning.poll import Polled, draft_polled, retrain_after_reconcile, verifier_polled
 from speculator_operator.planning.requests import Request
@@ -224,8 +227,14 @@ class _Pass:
         meta = raw["metadata"]
         self.namespace, self.name, self.uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
         self.generation = int(meta.get("generation") or 0)
+        self.now = datetime.now(UTC)  # the pass's time, read once: every decision in it is made at this time
         self.status = PassStatus(
-            SpeculatorDeploymentStatus, PLURAL, self.namespace, self.name, raw.get("status") or {}, deployment_health
+            SpeculatorDeploymentStatus,
+            PLURAL,
+            self.namespace,
+            self.name,
+            raw.get("status") or {},
+            partial(deployment_health, now=self.now),
         )
         self.reconciled: Plan | None = None
         self.retry = False
@@ -239,7 +248,9 @@ class _Pass:
         parsed = parse_spec(SpeculatorDeploymentSpec, self.raw.get("spec") or {}, current.release)
         known: dict[drift.Ref, dict[str, Any] | None] = {}
         if isinstance(parsed, Problem):
-            p = failed(Observed(generation=self.generation, status=current), parsed.reason, parsed.message)
+            p = failed(
+                Observed(generation=self.generation, status=current), parsed.reason, parsed.message, now=self.now
+            )
         else:
             obs = _observe_inputs(self.name, self.namespace, parsed[0], parsed[1], self.generation, current)
             p = plan(
@@ -250,6 +261,7 @@ class _Pass:
                 parsed[1],
                 obs,
                 operator_settings.current().image_pull_secrets,
+                now=self.now,
             )
             layout = parsed[0].serving.layout
             # read by this pass: not read again to apply
@@ -264,7 +276,7 @@ class _Pass:
                 return p
             if isinstance(outcome.apply, Refused):
                 message = outcome.apply.message
-                self.status.set(apply_failed(p.status, self.generation, message), cause)
+                self.status.set(apply_failed(p.status, self.generation, message, now=self.now), cause)
                 self.executor.say(("Warning", "ApplyFailed", message))
                 self.retry = True
                 return p
@@ -286,7 +298,7 @@ class _Pass:
         except (CheckpointError, CredentialsError) as exc:
             log.warning("%s/%s: verifier revision not resolved: %s", self.namespace, self.name, exc)
             return Polled()
-        return verifier_polled(parsed, self.status.status, resolved, self.generation)
+        return verifier_polled(parsed, self.status.status, resolved, self.generation, now=self.now)
 
     def poll_draft(self, parsed: SpeculatorDeploymentSpec) -> Polled:
         try:
@@ -294,7 +306,7 @@ class _Pass:
         except (CheckpointError, CredentialsError) as exc:
             log.warning("%s/%s: draft revision not resolved: %s", self.namespace, self.name, exc)
             return Polled()
-        return draft_polled(parsed, self.status.status, draft, self.generation)
+        return draft_polled(parsed, self.status.status, draft, self.generation, now=self.now)
 
     def follow(self, parsed: SpeculatorDeploymentSpec, polled: Polled) -> None:
         """Carry out a poll's plan: its status and events, the reconcile, the retraining, the draft's poll."""
@@ -315,7 +327,7 @@ class _Pass:
         """Create the SpeculatorTrainJob for the new verifier revision (planning/retrain.plan_retrain: once, its
         name is per revision, and per retrain request; one that exists already was created before)."""
         new, writes = plan_retrain(self.name, self.namespace, self.uid, spec, self.status.status, self.generation,
-                                   revision, request)  # fmt: skip
+                                   revision, request, now=self.now)  # fmt: skip
         outcome = self.executor.execute(writes)
         for created in outcome.created:
             if isinstance(created, Created):
@@ -339,10 +351,10 @@ class _Pass:
         if needs_pods(current, parsed):
             agree = seen is not None and pods_agree(child, seen.pods)
             pods = seen.pods if seen is not None and agree else deployment_pods(self.namespace, self.name)
-        new = refresh_serving(parsed, current, child, self.generation, pods)
+        new = refresh_serving(parsed, current, child, self.generation, pods, now=self.now)
         # the workload of the other kind (a layout change) is looked for only when the new one just became ready
         other = other_workload(self.namespace, self.name, parsed) if layout_change_done(current, new) else None
-        new, gone, said = clean_up(new, self.name, parsed, other, new.revision, now())
+        new, gone, said = clean_up(new, self.name, parsed, other, new.revision, self.now)
         self.status.set(new, cause)
         return Writes(deletes=deletes(gone), events=tuple(said))
 
@@ -402,11 +414,11 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         tuned = decided = False
         judged = telemetry.held(key)
         if judged is not None and parsed is not None:
-            new, tuned, events = telemetry.judge(parsed, one.status.status, judged, one.generation)
+            new, tuned, events = judge(parsed, one.status.status, judged, one.generation, now=one.now)
             one.executor.say(*events)
             if new is not None:
                 one.status.set(new, "tuning" if tuned else "scrape")
-            counted, said, verdict = canaries.judge_intervals(parsed, one.status.status, judged.canary, now())
+            counted, said, verdict = canaries.judge_intervals(parsed, one.status.status, judged.canary, stamp(one.now))
             one.executor.say(*said)
             if counted is not None:
                 one.status.set(counted, "canary" if verdict else "scrape")

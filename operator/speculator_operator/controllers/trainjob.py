@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
-from speculator_operator.api.common import evolve, now, stored
+from speculator_operator.api.common import evolve, stamp, stored
 from speculator_operator.api.labels import STAGE_LABEL, TRAINJOB_LABEL
 from speculator_operator.api.podcontract import parse_progress, progress_seconds
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
@@ -162,11 +164,14 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         return DONE
     meta = body["metadata"]
     CONTROLLER.generations.done(meta["uid"], int(meta.get("generation") or 0))
-    status = PassStatus(SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, trainjob_health)
-    events = _fold_progress(key, status)
+    now = datetime.now(UTC)  # the pass's time, read once: every decision in it is made at this time
+    status = PassStatus(
+        SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, partial(trainjob_health, now=now)
+    )
+    events = _fold_progress(key, status, now)
     executor = Executor(body)
     with metrics.reconciling("SpeculatorTrainJob"):
-        p, result = _reconcile(body, status, executor)
+        p, result = _reconcile(body, status, executor, now)
     status.write(ORDER)
     executor.say(*(("Normal", reason, message) for reason, message in events))
     executor.post()
@@ -177,7 +182,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
 
 
 def _reconcile(
-    body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus], executor: Executor
+    body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus], executor: Executor, now: datetime
 ) -> tuple[Plan, Result]:
     """Observe -> plan -> execute; the status the plan and the outcomes come to is kept for the pass's write."""
     meta = body["metadata"]
@@ -187,12 +192,12 @@ def _reconcile(
     parsed = parse_spec(SpeculatorTrainJobSpec, body.get("spec") or {},
                         current.provenance.release if current.provenance else None)  # fmt: skip
     if isinstance(parsed, Problem):
-        p = failed(Observed(generation=generation, status=current), parsed.reason, parsed.message)
+        p = failed(Observed(generation=generation, status=current), parsed.reason, parsed.message, now=now)
         status.set(p.status, "reconcile")
         return p, DONE
     spec, release = parsed
     obs = observe(name, namespace, spec, generation, current)
-    p = plan(name, namespace, uid, spec, release, obs, operator_settings.current().image_pull_secrets)
+    p = plan(name, namespace, uid, spec, release, obs, operator_settings.current().image_pull_secrets, now=now)
     status.set(p.status, "reconcile")
     applied = executor.execute(Writes(apply=Apply(p.apply, known=listed(p.apply, obs)) if p.apply else None))
     if isinstance(applied.apply, Terminating):
@@ -204,7 +209,7 @@ def _reconcile(
     if p.handoff is not None:
         target, uri = p.handoff
         reason, message = hand_off(namespace, name, target, uri)
-        p.status = handed_off(p.status, generation, target, reason, message)
+        p.status = handed_off(p.status, generation, target, reason, message, now=now)
         status.set(p.status, "handoff")
         if reason == HandOff.TARGET_MISSING:
             executor.say(("Warning", reason, message))
@@ -246,7 +251,7 @@ def read_progress(body: dict[str, Any]) -> bool:
         return False
     parsed = parse_progress(text, stage)
     old = status.get("progress") or {}
-    if parsed is None or progress.merged(old, parsed, stage, now()) == old:
+    if parsed is None or progress.merged(old, parsed, stage, stamp(datetime.now(UTC))) == old:
         return False
     # held, then enqueued: if the object was deleted meanwhile, that pass finds it gone and drops what is held
     _held[(namespace, name)] = (stage, parsed)
@@ -262,8 +267,11 @@ def fold_progress(namespace: str, name: str) -> list[tuple[str, str]]:
     if body is None or body["metadata"].get("deletionTimestamp"):
         _held.pop(key, None)
         return []
-    status = PassStatus(SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, trainjob_health)
-    events = _fold_progress(key, status)
+    now = datetime.now(UTC)  # the pass's time, read once
+    status = PassStatus(
+        SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, partial(trainjob_health, now=now)
+    )
+    events = _fold_progress(key, status, now)
     status.write(ORDER)
     executor = Executor(body)
     executor.say(*(("Normal", reason, message) for reason, message in events))
@@ -272,7 +280,9 @@ def fold_progress(namespace: str, name: str) -> list[tuple[str, str]]:
     return events
 
 
-def _fold_progress(key: tuple[str, str], status: PassStatus[SpeculatorTrainJobStatus]) -> list[tuple[str, str]]:
+def _fold_progress(
+    key: tuple[str, str], status: PassStatus[SpeculatorTrainJobStatus], now: datetime
+) -> list[tuple[str, str]]:
     """The progress held for `key` into the pass's status, if its stage is still the running one; the events
     for the epochs it is the first to show."""
     held = _held.pop(key, None)
@@ -280,7 +290,7 @@ def _fold_progress(key: tuple[str, str], status: PassStatus[SpeculatorTrainJobSt
     if held is None or current.stage != held[0] or not progress.reading_due(stored(current)):
         return []
     old = stored(current.progress) if current.progress is not None else {}
-    new = progress.merged(old, held[1], held[0], now())
+    new = progress.merged(old, held[1], held[0], stamp(now))
     if new == old:
         return []
     status.set(evolve(current, None, progress=new), "progress")

@@ -23,9 +23,10 @@ Condition reasons:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
-from speculator_operator.api.common import evolve, make_condition, now, stored
+from speculator_operator.api.common import evolve, make_condition, stamp, stored
 from speculator_operator.api.deployment import (
     AuditSummary,
     LoadEconomics,
@@ -110,9 +111,9 @@ def audit_summary(report: AuditReport) -> AuditSummary:
     )
 
 
-def failed(obs: Observed, reason: str, message: str, phase: str = "Failed") -> Plan:
+def failed(obs: Observed, reason: str, message: str, phase: str = "Failed", *, now: datetime) -> Plan:
     gen = obs.generation
-    status = evolve(obs.status, gen, make_condition(gen, "Ready", False, reason, message), phase=phase)
+    status = evolve(obs.status, gen, make_condition(gen, "Ready", False, reason, message), phase=phase, now=now)
     return Plan(None, status, [("Warning", reason, message)])
 
 
@@ -234,8 +235,11 @@ def plan(
     release: Release,
     obs: Observed,
     pull_secrets: tuple[str, ...] = (),
+    *,
+    now: datetime,
 ) -> Plan:
-    """`pull_secrets`: the imagePullSecrets every rendered pod names (the operator's settings)."""
+    """`pull_secrets`: the imagePullSecrets every rendered pod names (the operator's settings); `now`: the pass's
+    time (a condition's transition, a canary's start)."""
     gen = obs.generation
     if obs.problem is not None:
         reason, message = obs.problem
@@ -244,7 +248,7 @@ def plan(
             obs.status, gen,
             make_condition(gen, "Audited", None, reason, message),
             make_condition(gen, "Ready", False if not keep else None, "WaitingForInputs", message),
-            phase="Degraded" if keep else "Pending",
+            phase="Degraded" if keep else "Pending", now=now,
         )  # fmt: skip
         return Plan(None, status, [("Warning", reason, message)])
     report = obs.audit
@@ -276,7 +280,7 @@ def plan(
             draft_cond,
             make_condition(gen, "Ready", False, AuditedReason.FAILED,
                            message + ("; the last good pair keeps serving" if keep else "")),
-            phase="Degraded" if keep else "Failed",
+            phase="Degraded" if keep else "Failed", now=now,
             **common,
         )  # fmt: skip
         said = [release_event(release)] if release_moved(obs.status, release) else []  # written with `common`
@@ -284,7 +288,7 @@ def plan(
     try:
         draft = draft_of(ck)
     except RenderError as exc:
-        return failed(obs, AuditedReason.FAILED, str(exc))
+        return failed(obs, AuditedReason.FAILED, str(exc), now=now)
     tuned = applied(spec, obs.status.tuning, draft.speculative_tokens)
     found = measured(spec, release, ck.provenance, draft.algorithm, draft.speculative_tokens, tuned)
     common["economics"] = with_measured(common["economics"], found, obs.status.economics)
@@ -309,14 +313,16 @@ def plan(
         if kept is not None:  # an earlier operator's name for this same pair: no rollout for a name
             rendered = render(replace(inputs, keep_revision=kept))
     except RenderError as exc:
-        return failed(obs, exc.reason, str(exc))
+        return failed(obs, exc.reason, str(exc), now=now)
     if spec.serving.layout.multi_node and obs.lws_served is False:
         message = f"{spec.serving.layout.nodes} nodes per replica need the LeaderWorkerSet API; {group.INSTALL_HINT}"
         keep = obs.other is not None  # the single-node pair serves until the groups can
-        return failed(obs, ServingReason.LWS_UNAVAILABLE, message, phase="Degraded" if keep else "Failed")
+        return failed(obs, ServingReason.LWS_UNAVAILABLE, message, phase="Degraded" if keep else "Failed", now=now)
     new = canaries.Rendered(rendered.revision, ck.revision, obs.verifier_revision, canaries.applied_revision(obs.child))
     move = canaries.decide(spec, obs.status, new, gen)
-    shaped = canaries.shape(move, spec, obs.status, rendered.children, new, obs.child, obs.draft_source, gen, now())
+    shaped = canaries.shape(
+        move, spec, obs.status, rendered.children, new, obs.child, obs.draft_source, gen, stamp(now)
+    )
     revision = rendered.revision
     notes = [RenderNote(reason=reason, message=message) for reason, message in rendered.notes]
     k = num_speculative_tokens(spec, draft, tuned)
@@ -347,7 +353,7 @@ def plan(
         make_condition(gen, "Serving", ready, serving_reason, serving_message),
         make_condition(gen, "Ready", ready, "Ready" if ready else "RollingOut",
               f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {revision} ready"),
-        phase="Ready" if ready else "Deploying",
+        phase="Ready" if ready else "Deploying", now=now,
         revision=revision,
         render_notes=notes or None,
         num_speculative_tokens=k,
@@ -365,7 +371,7 @@ def plan(
         events.append(("Normal", "RollingOut", f"applying revision {revision}"))
     if release_moved(obs.status, release):
         events.append(release_event(release))
-    status, gone, said = clean_up(status, name, spec, obs.other, rendered.revision, now())
+    status, gone, said = clean_up(status, name, spec, obs.other, rendered.revision, now)
     return Plan(shaped.children, status, events + said, list(shaped.prune) + gone)
 
 
@@ -375,7 +381,7 @@ def clean_up(
     spec: SpeculatorDeploymentSpec,
     other: dict[str, Any] | None,
     revision: str | None,
-    now: str,
+    now: datetime,
 ) -> tuple[SpeculatorDeploymentStatus, list[tuple[str, str, str]], list[tuple[str, str, str]]]:
     """What goes once the new pair serves, for a reconcile and a refresh alike: a promoted canary's Deployment once
     the promoted revision serves every replica (the canary marked Promoted), and `other`, the workload of the other
@@ -383,7 +389,7 @@ def clean_up(
     children to delete as (apiVersion, kind, name), and the events."""
     gone: list[tuple[str, str, str]] = []
     said: list[tuple[str, str, str]] = []
-    done = canaries.promoted(status, name, now)
+    done = canaries.promoted(status, name, stamp(now))
     if done is not None:  # the promoted revision serves every replica: the canary's Deployment goes
         status = evolve(status, None, canary=done[0])
         gone.append(done[1])
@@ -431,6 +437,8 @@ def refresh_serving(
     child: dict[str, Any] | None,
     generation: int,
     pods: list[dict[str, Any]] | None = None,
+    *,
+    now: datetime,
 ) -> SpeculatorDeploymentStatus:
     """The status after the child Deployment (or one of its pods) changed (no new audit, no new render).
     `updatedReplicas` alone moving is not worth a write: it is carried by the next change of readiness
@@ -451,7 +459,7 @@ def refresh_serving(
         make_condition(generation, "Serving", ready, serving["reason"], serving.get("problem") or said),
         make_condition(generation, "Ready", ready, "Ready" if ready else "RollingOut",
                        replicas + (f"; {serving['problem']}" if serving.get("problem") else "")),
-        phase="Ready" if ready else "Deploying",
+        phase="Ready" if ready else "Deploying", now=now,
         replicas=serving["replicas"],
         ready_replicas=serving["readyReplicas"],
     )  # fmt: skip
@@ -475,11 +483,13 @@ def needs_pods(status: SpeculatorDeploymentStatus, spec: SpeculatorDeploymentSpe
     return status.phase == "Deploying" or spec.serving.layout.multi_node
 
 
-def apply_failed(status: SpeculatorDeploymentStatus, generation: int, message: str) -> SpeculatorDeploymentStatus:
+def apply_failed(
+    status: SpeculatorDeploymentStatus, generation: int, message: str, *, now: datetime
+) -> SpeculatorDeploymentStatus:
     """The status when the API server refused a child: not serving, with its words; retried."""
     return evolve(
         status, generation,
         make_condition(generation, "Serving", False, ServingReason.APPLY_FAILED, message),
         make_condition(generation, "Ready", False, ServingReason.APPLY_FAILED, message),
-        phase="Degraded" if status.ready_replicas else "Deploying",
+        phase="Degraded" if status.ready_replicas else "Deploying", now=now,
     )  # fmt: skip

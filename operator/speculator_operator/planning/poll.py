@@ -6,6 +6,7 @@ only when that says so, asks `draft_polled`, and follows the plan (controllers/d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.planning.inputs import InputAction, draft_change, verifier_change
@@ -28,10 +29,15 @@ class Polled:
 
 
 def verifier_polled(
-    spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, resolved: str | None, generation: int
+    spec: SpeculatorDeploymentSpec,
+    status: SpeculatorDeploymentStatus,
+    resolved: str | None,
+    generation: int,
+    *,
+    now: datetime,
 ) -> Polled:
     """The verifier resolved to `resolved` (None: it has no revision to resolve)."""
-    action, new_status = verifier_change(spec, status, resolved, generation)
+    action, new_status = verifier_change(spec, status, resolved, generation, now=now)
     if action == InputAction.REDEPLOY:
         return Polled(reconcile=True, retrain=resolved, retrain_if_degraded=True)
     if action == InputAction.RETRAIN and resolved:
@@ -42,10 +48,15 @@ def verifier_polled(
 
 
 def draft_polled(
-    spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, draft: str | None, generation: int
+    spec: SpeculatorDeploymentSpec,
+    status: SpeculatorDeploymentStatus,
+    draft: str | None,
+    generation: int,
+    *,
+    now: datetime,
 ) -> Polled:
     """The draft resolved to `draft` (None: it cannot be said), with `status` as the verifier's poll left it."""
-    change = draft_change(spec, status, draft, generation)
+    change = draft_change(spec, status, draft, generation, now=now)
     if change.action == InputAction.REDEPLOY:
         return Polled(events=tuple(change.events), reconcile=True)
     return Polled(status=change.status, events=tuple(change.events))

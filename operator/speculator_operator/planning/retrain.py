@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -78,6 +79,8 @@ def plan_retrain(
     generation: int,
     revision: str,
     request: str | None = None,
+    *,
+    now: datetime,
 ) -> tuple[SpeculatorDeploymentStatus, Writes]:
     """A retraining for the verifier revision `revision`: the SpeculatorTrainJob to create (once: its name is per
     revision, and per retrain request, so one that exists already was created before: a restart, or the last poll)
@@ -86,9 +89,10 @@ def plan_retrain(
         manifest = retrain_job(name, namespace, uid, spec, revision, request, kept_release=status.release)
     except ValueError as exc:
         said = ("Warning", "RetrainUnavailable", str(exc))
-        return retrain_status(status, generation, None, revision, str(exc)), Writes(events=(said,))
+        return retrain_status(status, generation, None, revision, str(exc), now=now), Writes(events=(said,))
     job = manifest["metadata"]["name"]
-    return retrain_status(status, generation, job, revision, None), Writes(creates=(Create(TRAIN_JOBS, manifest),))
+    created = Writes(creates=(Create(TRAIN_JOBS, manifest),))
+    return retrain_status(status, generation, job, revision, None, now=now), created
 
 
 def retraining(job: str, revision: str) -> tuple[str, str, str]:
@@ -97,7 +101,7 @@ def retraining(job: str, revision: str) -> tuple[str, str, str]:
 
 
 def retrain_status(status: SpeculatorDeploymentStatus, generation: int, job: str | None, revision: str,
-                   error: str | None) -> SpeculatorDeploymentStatus:  # fmt: skip
+                   error: str | None, *, now: datetime) -> SpeculatorDeploymentStatus:  # fmt: skip
     """VerifierCurrent=False while a retraining runs (or why it could not start); the pair keeps serving."""
     old = status.verifier_revision
     if job is None:
@@ -106,11 +110,12 @@ def retrain_status(status: SpeculatorDeploymentStatus, generation: int, job: str
             status,
             generation,
             make_condition(generation, "VerifierCurrent", False, VerifierReason.RETRAIN_UNAVAILABLE, message),
+            now=now,
         )
     message = (f"the verifier moved from {old} to {revision}; SpeculatorTrainJob {job} trains a draft for it; "
                "the current pair keeps serving until the new draft passes its audit")  # fmt: skip
     retraining = make_condition(generation, "VerifierCurrent", False, VerifierReason.RETRAINING, message)
-    return evolve(status, generation, retraining, retrain=RetrainStatus(job=job, verifier_revision=revision))
+    return evolve(status, generation, retraining, retrain=RetrainStatus(job=job, verifier_revision=revision), now=now)
 
 
 def train_job_output(stj: dict[str, Any] | None, job: str, verifier_model: str) -> tuple[str, str | None] | Problem:

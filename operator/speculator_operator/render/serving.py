@@ -27,11 +27,11 @@ from speculator_operator.api.labels import (
     REVISION_LABEL,
     ROLE_LABEL,
 )
-from speculator_operator.api.parallelism import Layout
 from speculator_operator.domain.algorithms import MTP_METHOD, SERVED_AS_DRAFT, Algorithm
 from speculator_operator.domain.checkpoint.manifest import Kind, Manifest
 from speculator_operator.domain.checkpoint.model import Checkpoint
 from speculator_operator.domain.economics import schedule_from_cutoff
+from speculator_operator.domain.parallelism import Layout
 from speculator_operator.domain.releases import VLLM_FEATURES, Release, Version, pinned, supports
 from speculator_operator.render import group
 
