@@ -63,7 +63,7 @@ from speculator_operator.render.serving import group_name, workload_kind, worklo
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.runtime import settings as operator_settings
-from speculator_operator.runtime.controller import HOOKS, PassStatus
+from speculator_operator.runtime.controller import PassStatus
 from speculator_operator.runtime.kube import (
     RESYNC_SECONDS,
     RETRY_SECONDS,
@@ -260,7 +260,7 @@ class _Pass:
         self.reconciled = p
         if p.children:
             try:
-                HOOKS.applying(self.namespace, self.name)
+                DEPLOYMENTS.applying(self.namespace, self.name)
                 applied = apply_children(p.children, force=restoring is not None, known=known)
             except ApiException as exc:
                 if namespace_terminating(exc):

@@ -46,7 +46,7 @@ from speculator_operator.render.training import SERVER_ROLES, verifier_facts
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.runtime import settings as operator_settings
-from speculator_operator.runtime.controller import HOOKS, PassStatus
+from speculator_operator.runtime.controller import PassStatus
 from speculator_operator.runtime.kube import (
     RESYNC_SECONDS,
     RETRY_SECONDS,
@@ -204,7 +204,7 @@ def _reconcile(body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus
     status.set(p.status, "reconcile")
     if p.apply:
         try:
-            HOOKS.applying(namespace, name)
+            TRAINJOBS.applying(namespace, name)
             apply_children(p.apply, known=listed(p.apply, obs))
         except ApiException as exc:
             if namespace_terminating(exc):
