@@ -9,11 +9,11 @@ one overlap at a time; here the API server and the queue interleave them as they
 - each round converges: status.observedGeneration reaches the round's generation, and the children are the
   round's spec (its `--seed`, one replica, every child present); at the end the generation is the last edit's;
 - no 409 surfaces as a failure: no condition of the object ever says ApplyFailed or a conflict, no Warning
-  event is posted for it. Known to fail in about one run in three (then the test is an expected failure, with
-  what surfaced): a restoration applies against the child's resourceVersion and gives up after five 409s in a
-  row (runtime/kube.py `apply_children`, `_EXACT_TRIES`), which a Deployment that the storm scales, and whose
-  controller writes its status meanwhile, can reach; the next pass converges. A conflict is to be retried as
-  one, not reported as ApplyFailed: then the expected failure becomes an assertion.
+  event is posted for it. Known to fail in some runs (2 of 8 on a shared 2-core machine; then the test is an
+  expected failure, with what surfaced): a restoration applies against the child's resourceVersion and gives up
+  after five 409s in a row (runtime/kube.py `apply_children`, `_EXACT_TRIES`), which a Deployment that the storm
+  scales, and whose controller writes its status meanwhile, can reach; the next pass converges. A conflict is to
+  be retried as one, not reported as ApplyFailed: then the expected failure becomes an assertion.
 """
 
 from __future__ import annotations
