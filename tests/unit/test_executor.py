@@ -15,7 +15,6 @@ from kubernetes.client.exceptions import ApiException
 from speculator_operator.planning.writes import Apply, Create, Delete, DeleteFolders, Writes
 from speculator_operator.runtime import executor as ex
 from speculator_operator.runtime import kube
-from speculator_operator.runtime.controller import HOOKS
 
 BODY = {"apiVersion": "speculators.dev/v1alpha1", "kind": "SpeculatorDeployment",
         "metadata": {"namespace": "ns", "name": "pair", "uid": "u1"}}  # fmt: skip
@@ -66,19 +65,15 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake]:
 
 def test_an_apply_goes_first_then_the_deletes_and_creates_and_the_events_are_said_at_the_end(fake: Fake) -> None:
     hooked: list[tuple[str, str]] = []
-    HOOKS.on_apply = lambda namespace, name: hooked.append((namespace, name))
-    try:
-        run = ex.Executor(BODY)
-        manifest = {"metadata": {"name": "pair-retrain-v2"}}
-        out = run.execute(Writes(
-            apply=Apply([CHILD], force=True, known={("Deployment", "pair"): None}),
-            deletes=(Delete("apps/v1", "Deployment", "pair-canary"), Delete("v1", "Service", "gone")),
-            creates=(Create("speculatortrainjobs", manifest),),
-            events=(("Normal", "RollingOut", "applying revision r1"),),
-        ))  # fmt: skip
-    finally:
-        HOOKS.on_apply = None
-    assert hooked == [("ns", "pair")]  # the test seam, just before the apply
+    run = ex.Executor(BODY, lambda namespace, name: hooked.append((namespace, name)))
+    manifest = {"metadata": {"name": "pair-retrain-v2"}}
+    out = run.execute(Writes(
+        apply=Apply([CHILD], force=True, known={("Deployment", "pair"): None}),
+        deletes=(Delete("apps/v1", "Deployment", "pair-canary"), Delete("v1", "Service", "gone")),
+        creates=(Create("speculatortrainjobs", manifest),),
+        events=(("Normal", "RollingOut", "applying revision r1"),),
+    ))  # fmt: skip
+    assert hooked == [("ns", "pair")]  # the controller's on_apply extension point, just before the apply
     assert [c[0] for c in fake.calls] == ["apply", "delete", "delete", "create"]
     assert fake.calls[0] == ("apply", ["pair"], True, {("Deployment", "pair"): None})
     assert isinstance(out.apply, ex.Applied)

@@ -169,7 +169,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, partial(trainjob_health, now=now)
     )
     events = _fold_progress(key, status, now)
-    executor = Executor(body)
+    executor = Executor(body, CONTROLLER.applying)
     with metrics.reconciling("SpeculatorTrainJob"):
         p, result = _reconcile(body, status, executor, now)
     status.write(ORDER)
@@ -273,7 +273,7 @@ def fold_progress(namespace: str, name: str) -> list[tuple[str, str]]:
     )
     events = _fold_progress(key, status, now)
     status.write(ORDER)
-    executor = Executor(body)
+    executor = Executor(body, CONTROLLER.applying)
     executor.say(*(("Normal", reason, message) for reason, message in events))
     with contextlib.suppress(LookupError):  # outside the operator (a test) there is no event poster
         executor.post()

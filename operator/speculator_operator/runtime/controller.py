@@ -32,6 +32,7 @@ from speculator_operator.runtime.workqueue import Result, WorkQueue
 
 Key = tuple[str, str]  # (namespace, name)
 Pass = Callable[[Key, frozenset[str]], Result]
+ApplyHook = Callable[[str, str], None]  # (namespace, name)
 log = logging.getLogger(__name__)
 
 
@@ -46,10 +47,13 @@ class Controller:
         quick_workers: int = 0,
         base_delay: float = 1.0,
         max_delay: float = 300.0,
+        on_apply: ApplyHook | None = None,
     ) -> None:
         """`quick`: the causes whose passes are cheap (no audit, no checkpoint read); a key with only those is
-        taken first, and `quick_workers` more workers take only such keys (runtime/workqueue.py)."""
+        taken first, and `quick_workers` more workers take only such keys (runtime/workqueue.py). `on_apply`:
+        see `applying`."""
         self.kind, self.workers, self.quick, self.quick_workers = kind, workers, quick, quick_workers
+        self.on_apply = on_apply
         self._run: Pass | None = None
         self._base, self._max = base_delay, max_delay
         self.queue: WorkQueue[Key] | None = None
@@ -61,6 +65,20 @@ class Controller:
         """Decorates the kind's pass (its controller module registers it)."""
         self._run = run
         return run
+
+    def applying(self, namespace: str, name: str) -> None:
+        """Called by a pass of this kind just before it applies the object's children, after it read the object
+        and planned them: the extension point `on_apply(namespace, name)` runs there, in the pass's worker
+        thread, and the apply waits for it to return (an exception it raises fails the pass like an apply's).
+
+        What it is for: the one moment between a pass's read and its writes, where an observer can see or hold
+        a pass. The cluster tests use it to force what timing alone rarely lines up: a trigger of the same
+        object that lands while its pass applies (tests/cluster/test_one_pass.py), a hand edit made just before
+        a restoration's apply (test_drift.py), every worker held by slow passes (test_slow_work.py). Unset
+        (None) in the operator: a pass then costs nothing more. Set it on the kind's Controller
+        (controllers/queues.py `DEPLOYMENTS`, `TRAINJOBS`), or pass it when making one."""
+        if self.on_apply is not None:
+            self.on_apply(namespace, name)
 
     def start(self) -> None:
         """A fresh queue (an operator restarted in the same process starts from nothing)."""
@@ -178,18 +196,3 @@ class PassStatus(Generic[S]):
         kube.patch_status(self.plural, self.namespace, self.name, self.stored, status, cause)
         self.stored = status
         return True
-
-
-class Hooks:
-    """Seams for the tests that force overlaps (tests/cluster/test_one_pass.py): `applying` is called in a pass
-    just before it applies children, with the object's namespace and name. None in production."""
-
-    def __init__(self) -> None:
-        self.on_apply: Callable[[str, str], None] | None = None
-
-    def applying(self, namespace: str, name: str) -> None:
-        if self.on_apply is not None:
-            self.on_apply(namespace, name)
-
-
-HOOKS = Hooks()

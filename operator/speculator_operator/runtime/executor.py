@@ -12,7 +12,7 @@ fails and its work queue retries it with back-off."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -23,7 +23,6 @@ from speculator_operator.domain.checkpoint.manifest import PROVENANCE
 from speculator_operator.domain.checkpoint.sources import s3_client
 from speculator_operator.planning.writes import Apply, Create, Delete, DeleteFolders, Writes
 from speculator_operator.runtime import kube
-from speculator_operator.runtime.controller import HOOKS
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +111,12 @@ def post_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -
 
 
 class Executor:
-    """The writes of one pass of one object (`body`, as the pass read it)."""
+    """The writes of one pass of one object (`body`, as the pass read it). `applying(namespace, name)` is called
+    just before an apply: the kind's Controller.applying, its documented extension point (runtime/controller.py)."""
 
-    def __init__(self, body: Mapping[str, Any]) -> None:
+    def __init__(self, body: Mapping[str, Any], applying: Callable[[str, str], None] | None = None) -> None:
         self.body = body
+        self.applying = applying
         meta = body["metadata"]
         self.namespace, self.name = str(meta["namespace"]), str(meta["name"])
         self.events: list[tuple[str, str, str]] = []
@@ -148,7 +149,8 @@ class Executor:
 
     def _apply(self, apply: Apply) -> Applied | Refused | Terminating:
         try:
-            HOOKS.applying(self.namespace, self.name)
+            if self.applying is not None:
+                self.applying(self.namespace, self.name)
             return Applied(kube.apply_children(apply.children, force=apply.force, known=apply.known))
         except ApiException as exc:
             if kube.namespace_terminating(exc):
