@@ -403,7 +403,7 @@ class _Pass:
 
     def post(self) -> None:
         for type_, reason, message in self.events:
-            kopf.event(self.body, type=type_, reason=reason, message=message[:1024])
+            CONTROLLER.recorder.event(self.body, type=type_, reason=reason, message=message)
 
 
 @DEPLOYMENTS.handles

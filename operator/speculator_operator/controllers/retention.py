@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
+from speculator_operator.controllers.queues import TRAINJOBS
 from speculator_operator.domain.checkpoint.manifest import LATEST, PROVENANCE
 from speculator_operator.domain.checkpoint.sources import s3_client
 from speculator_operator.planning.retention import PUBLISHED, Published, prunable, references, retention_status
@@ -95,13 +96,13 @@ def prune_outputs(
     except (CredentialsError, ApiException, ClientError, BotoCoreError) as exc:
         message = f"output.keepLatest not applied to {spec.output.uri}: {exc}"[:1024]
         log.warning("%s/%s: %s", namespace, name, message)
-        kopf.event(body, type="Warning", reason="PruneFailed", message=message)
+        TRAINJOBS.recorder.event(body, type="Warning", reason="PruneFailed", message=message)
         return None
     if named is None and kept:
         message = (f"kept {len(kept)} published folder(s) beyond the newest {keep}: a serving ReplicaSet without "
                    f"the speculators.dev/draft-location annotation may stage any of them")  # fmt: skip
-        kopf.event(body, type="Normal", reason="PruneDeferred", message=message)
+        TRAINJOBS.recorder.event(body, type="Normal", reason="PruneDeferred", message=message)
     if delete:
         message = f"deleted {len(delete)} published folder(s) beyond the newest {keep}: {', '.join(delete)}"
-        kopf.event(body, type="Normal", reason="Pruned", message=message[:1024])
+        TRAINJOBS.recorder.event(body, type="Normal", reason="Pruned", message=message)
     return retained(status, retention_status(keep, delete, kept))

@@ -9,7 +9,6 @@ checkpoint to a SpeculatorDeployment.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any, cast
 
@@ -179,7 +178,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     status.write(ORDER)
     obj = kopf.Body(cast(kopf.RawBody, body))
     for reason, message in events:
-        kopf.event(obj, type="Normal", reason=reason, message=message)
+        CONTROLLER.recorder.event(obj, type="Normal", reason=reason, message=message)
     metrics.stages_finished((body.get("status") or {}).get("stages"), stored(p.status).get("stages"))
     if result is DONE and p.status.phase == "Pending":
         return Result(after=RETRY_SECONDS, cause=Cause.RETRY)  # waiting for the verifier; see status.conditions
@@ -211,19 +210,19 @@ def _reconcile(body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus
                 log.info("%s/%s: not applied, the namespace is being deleted", namespace, name)
                 return p, DONE
             message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
-            kopf.event(obj, type="Warning", reason="ApplyFailed", message=message[:1024])
+            CONTROLLER.recorder.event(obj, type="Warning", reason="ApplyFailed", message=message)
             return p, Result(after=RETRY_SECONDS, cause=Cause.RETRY)
     if p.delete:
         delete_children(namespace, p.delete)
     for type_, reason, message in p.events:
-        kopf.event(obj, type=type_, reason=reason, message=message[:1024])
+        CONTROLLER.recorder.event(obj, type=type_, reason=reason, message=message)
     if p.handoff is not None:
         target, uri = p.handoff
         reason, message = hand_off(namespace, name, target, uri)
         p.status = handed_off(p.status, generation, target, reason, message)
         status.set(p.status, "handoff")
         if reason == HandOff.TARGET_MISSING:
-            kopf.event(obj, type="Warning", reason=reason, message=message)
+            CONTROLLER.recorder.event(obj, type="Warning", reason=reason, message=message)
     if p.prune is not None:
         pruned = prune_outputs(obj, namespace, name, spec, p.status, p.prune)
         if pruned is not None:
@@ -317,8 +316,7 @@ def fold_progress(namespace: str, name: str) -> list[tuple[str, str]]:
     events = _fold_progress(key, status)
     status.write(ORDER)
     for reason, message in events:
-        with contextlib.suppress(LookupError):  # outside the operator (a test) there is no event poster
-            kopf.event(kopf.Body(cast(kopf.RawBody, body)), type="Normal", reason=reason, message=message)
+        CONTROLLER.recorder.event(body, type="Normal", reason=reason, message=message)
     return events
 
 
