@@ -67,8 +67,10 @@ def reference(obj: Mapping[str, Any]) -> dict[str, str]:
 
 
 def body(ref: Mapping[str, str], type_: str, reason: str, message: str, instance: str, at: datetime) -> dict[str, Any]:
-    """A core/v1 Event about the object `ref` names, as the recorder posts it."""
-    stamp, micro = at.strftime("%Y-%m-%dT%H:%M:%SZ"), at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """A core/v1 Event about the object `ref` names, as the recorder posts it: as client-go's core/v1 recorder
+    makes one (first and last timestamps, a count, no `eventTime`: an Event with one must also name an `action`,
+    a field of events.k8s.io's that nothing here has)."""
+    stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -82,7 +84,6 @@ def body(ref: Mapping[str, str], type_: str, reason: str, message: str, instance
         "reportingInstance": instance[:128],
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,
-        "eventTime": micro,
         "count": 1,
     }
 
@@ -162,8 +163,9 @@ class EventRecorder:
             try:
                 self._create(namespace, event)
             except Exception as exc:  # best effort, as kopf's: the status says the same
-                log.warning("event %s about %s/%s not posted: %s", event["reason"], namespace,
-                            event["involvedObject"].get("name"), str(exc)[:300])  # fmt: skip
+                why = str(getattr(exc, "body", None) or exc)[:300]  # an ApiException: the API server's own words
+                name = event["involvedObject"].get("name")
+                log.warning("event %s about %s/%s not posted: %s", event["reason"], namespace, name, why)
             finally:
                 with self._lock:
                     self._unposted -= 1
