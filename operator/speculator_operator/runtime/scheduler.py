@@ -10,10 +10,10 @@ task per object and kind. Here:
 - an event handler (kopf writes nothing for those) enqueues an object the first time the operator sees it
   and whenever its `.metadata.generation` moves past the one its last pass read (rules:
   runtime/schedule.py); retries and back-off are the work queue's;
-- one loop, started with the first event, runs the
-  periodic jobs (`every`) of every object it has seen, at most one run per object and job at a time. The
-  jobs decide in the loop whether anything is due, do slow reads (a log, a scrape, a revision) in a lane of
-  their own, hold what they observed in memory, and enqueue the object: only its pass writes.
+- one loop, started with the first event, runs the periodic jobs (`every`) of every object it has seen, at
+  most one run per object and job at a time. The jobs decide in the loop whether anything is due, do slow
+  reads (a log, a scrape, a revision) in a lane of their own, hold what they observed in memory, and enqueue
+  the object: only its pass writes.
   Bodies are kept without managedFields (what the jobs read, nothing more), as compact JSON decoded for each
   job run (`_Seen`).
 """
