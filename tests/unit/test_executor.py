@@ -7,7 +7,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import kopf
 import pytest
 from botocore.exceptions import ClientError
 from kubernetes.client.exceptions import ApiException
@@ -37,6 +36,10 @@ class Fake:
         self.create_error: ApiException | None = None
         self.posted: list[tuple[str, str, str]] = []
 
+    def event(self, obj: Any, *, type: str, reason: str, message: str) -> None:
+        """The event recorder's side (runtime/events.EventRecorder.event)."""
+        self.posted.append((type, reason, message))
+
     def apply_children(self, children: list[dict[str, Any]], force: bool = False, known: Any = None) -> Any:
         self.calls.append(("apply", [c["metadata"]["name"] for c in children], force, known))
         if self.apply_error is not None:
@@ -59,13 +62,12 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake]:
     monkeypatch.setattr(kube, "apply_children", api.apply_children)
     monkeypatch.setattr(kube, "delete_object", api.delete_object)
     monkeypatch.setattr(kube, "create_custom", api.create_custom)
-    monkeypatch.setattr(kopf, "event", lambda body, type, reason, message: api.posted.append((type, reason, message)))
     return api
 
 
 def test_an_apply_goes_first_then_the_deletes_and_creates_and_the_events_are_said_at_the_end(fake: Fake) -> None:
     hooked: list[tuple[str, str]] = []
-    run = ex.Executor(BODY, lambda namespace, name: hooked.append((namespace, name)))
+    run = ex.Executor(BODY, lambda namespace, name: hooked.append((namespace, name)), recorder=fake)
     manifest = {"metadata": {"name": "pair-retrain-v2"}}
     out = run.execute(Writes(
         apply=Apply([CHILD], force=True, known={("Deployment", "pair"): None}),
@@ -92,7 +94,7 @@ def test_an_apply_goes_first_then_the_deletes_and_creates_and_the_events_are_sai
 
 def test_a_delete_that_finds_nothing_is_not_found(fake: Fake) -> None:
     fake.gone.add("old")
-    out = ex.Executor(BODY).execute(Writes(deletes=(Delete("apps/v1", "Deployment", "old"),
+    out = ex.Executor(BODY, recorder=fake).execute(Writes(deletes=(Delete("apps/v1", "Deployment", "old"),
                                                     Delete("v1", "Service", "pair"))))  # fmt: skip
     assert out.deleted == [ex.NotFound(Delete("apps/v1", "Deployment", "old")),
                            ex.Deleted(Delete("v1", "Service", "pair"))]  # fmt: skip
@@ -100,7 +102,7 @@ def test_a_delete_that_finds_nothing_is_not_found(fake: Fake) -> None:
 
 def test_a_refused_apply_says_the_apis_answer_and_stops_the_rest(fake: Fake) -> None:
     fake.apply_error = refusal(422, "Unprocessable Entity", "spec.replicas: Invalid value")
-    run = ex.Executor(BODY)
+    run = ex.Executor(BODY, recorder=fake)
     out = run.execute(Writes(apply=Apply([CHILD]), deletes=(Delete("apps/v1", "Deployment", "x"),),
                              events=(("Normal", "RollingOut", "r1"),)))  # fmt: skip
     assert out.apply == ex.Refused(422, "Unprocessable Entity", "spec.replicas: Invalid value")
@@ -114,14 +116,16 @@ def test_a_refused_apply_says_the_apis_answer_and_stops_the_rest(fake: Fake) -> 
 def test_an_apply_into_a_namespace_being_deleted_is_terminating(fake: Fake) -> None:
     fake.apply_error = refusal(403, "Forbidden", "namespace is being terminated",
                                [{"reason": "NamespaceTerminating"}])  # fmt: skip
-    out = ex.Executor(BODY).execute(Writes(apply=Apply([CHILD]), deletes=(Delete("v1", "Service", "x"),)))
+    out = ex.Executor(BODY, recorder=fake).execute(
+        Writes(apply=Apply([CHILD]), deletes=(Delete("v1", "Service", "x"),))
+    )
     assert out.apply == ex.Terminating()
     assert out.stopped
     assert [c[0] for c in fake.calls] == ["apply"]
 
 
 def test_no_children_is_no_apply(fake: Fake) -> None:
-    out = ex.Executor(BODY).execute(Writes(apply=Apply([])))
+    out = ex.Executor(BODY, recorder=fake).execute(Writes(apply=Apply([])))
     assert out.apply is None
     assert fake.calls == []
 
@@ -129,10 +133,12 @@ def test_no_children_is_no_apply(fake: Fake) -> None:
 def test_a_create_that_exists_already_is_a_conflict_and_any_other_refusal_is_raised(fake: Fake) -> None:
     create = Create("speculatortrainjobs", {"metadata": {"name": "pair-retrain-v2"}})
     fake.create_error = refusal(409, "Conflict", "already exists")
-    assert ex.Executor(BODY).execute(Writes(creates=(create,))).created == [ex.Conflict("pair-retrain-v2")]
+    assert ex.Executor(BODY, recorder=fake).execute(Writes(creates=(create,))).created == [
+        ex.Conflict("pair-retrain-v2")
+    ]
     fake.create_error = refusal(403, "Forbidden", "no")
     with pytest.raises(ApiException):
-        ex.Executor(BODY).execute(Writes(creates=(create,)))
+        ex.Executor(BODY, recorder=fake).execute(Writes(creates=(create,)))
 
 
 class FakeS3:
@@ -162,7 +168,7 @@ def test_folders_are_deleted_their_provenance_record_last(fake: Fake, monkeypatc
     s3 = FakeS3(["out/sha256-a/model.safetensors", "out/sha256-a/speculators-provenance.json", "out/keep/x"])
     monkeypatch.setattr(ex, "s3_client", lambda creds: s3)
     monkeypatch.setattr(ex, "PROVENANCE", "speculators-provenance.json")
-    run = ex.Executor(BODY)
+    run = ex.Executor(BODY, recorder=fake)
     out = run.execute(Writes(folders=DeleteFolders(("s3://b/out/sha256-a",), {"AWS_ACCESS_KEY_ID": "k"}),
                              events=(("Normal", "Pruned", "deleted 1"),)))  # fmt: skip
     assert out.folders == ex.FoldersDeleted(("s3://b/out/sha256-a",))
@@ -173,7 +179,7 @@ def test_folders_are_deleted_their_provenance_record_last(fake: Fake, monkeypatc
 
 def test_a_folder_delete_s3_refuses_stops_and_says_why(fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ex, "s3_client", lambda creds: FakeS3(["out/sha256-a/m"], fail=True))
-    run = ex.Executor(BODY)
+    run = ex.Executor(BODY, recorder=fake)
     out = run.execute(Writes(folders=DeleteFolders(("s3://b/out/sha256-a",)), events=(("Normal", "Pruned", "x"),)))
     assert isinstance(out.folders, ex.FoldersFailed)
     assert "AccessDenied" in out.folders.error

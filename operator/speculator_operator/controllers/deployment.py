@@ -222,7 +222,7 @@ class _Pass:
 
     def __init__(self, raw: dict[str, Any], seen: observed.Seen | None = None) -> None:
         self.raw = raw
-        self.executor = Executor(raw, CONTROLLER.applying)
+        self.executor = Executor(raw, CONTROLLER.applying, CONTROLLER.recorder)
         self.seen = seen  # the child and pods as the watches showed them (controllers/observed.py)
         meta = raw["metadata"]
         self.namespace, self.name, self.uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])

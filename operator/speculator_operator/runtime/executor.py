@@ -1,7 +1,7 @@
 """The one place a pass writes anything but its status: it carries out a plan of writes (planning/writes.py) for
 either kind and says what happened, as typed outcomes the pass folds into its one status write
-(runtime/controller.PassStatus); the events it was asked to say are posted at the end of the pass
-(`post_event`).
+(runtime/controller.PassStatus); the events it was asked to say are posted at the end of the pass, through the
+kind's event recorder (runtime/events.py).
 
 What it does not decide: an apply the API server refuses is a `Refused` with the API's answer (the pass says
 ApplyFailed), one into a namespace being deleted is `Terminating` (the owner goes with it: nothing to say or
@@ -14,15 +14,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-import kopf
 from kubernetes.client.exceptions import ApiException
 
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE
 from speculator_operator.domain.checkpoint.sources import s3_client
 from speculator_operator.planning.writes import Apply, Create, Delete, DeleteFolders, Writes
 from speculator_operator.runtime import kube
+from speculator_operator.runtime.events import Discarding, EventRecorder
 
 log = logging.getLogger(__name__)
 
@@ -105,18 +105,20 @@ class Outcome:
         return self.apply.children if isinstance(self.apply, Applied) else {}
 
 
-def post_event(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-    """Post one Event about `body` (the object as the pass read it)."""
-    kopf.event(kopf.Body(cast(kopf.RawBody, body)), type=type_, reason=reason, message=message[:1024])
-
-
 class Executor:
     """The writes of one pass of one object (`body`, as the pass read it). `applying(namespace, name)` is called
-    just before an apply: the kind's Controller.applying, its documented extension point (runtime/controller.py)."""
+    just before an apply: the kind's Controller.applying, its documented extension point (runtime/controller.py);
+    the events go through `recorder` (the kind's Controller.recorder, runtime/events.py; none: not posted)."""
 
-    def __init__(self, body: Mapping[str, Any], applying: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        body: Mapping[str, Any],
+        applying: Callable[[str, str], None] | None = None,
+        recorder: EventRecorder | None = None,
+    ) -> None:
         self.body = body
         self.applying = applying
+        self.recorder = recorder if recorder is not None else Discarding()
         meta = body["metadata"]
         self.namespace, self.name = str(meta["namespace"]), str(meta["name"])
         self.events: list[tuple[str, str, str]] = []
@@ -144,7 +146,7 @@ class Executor:
     def post(self) -> None:
         """The end of the pass: its events, posted."""
         for type_, reason, message in self.events:
-            post_event(self.body, type_, reason, message)
+            self.recorder.event(self.body, type=type_, reason=reason, message=message[:1024])
         self.events.clear()
 
     def _apply(self, apply: Apply) -> Applied | Refused | Terminating:
