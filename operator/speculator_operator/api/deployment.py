@@ -581,6 +581,19 @@ class HandedOver(Model):
     )
 
 
+class ServingState(Model):
+    """What the serving workload says of one revision (planning/deployment.py `serving_status`): the status carries
+    it as replicas, readyReplicas and updatedReplicas and as the Serving condition (ready, reason, problem). Not a
+    field of the status itself."""
+
+    ready: bool = Field(description="Every wanted replica of the revision is updated, available and alone.")
+    reason: str = Field(description="The Serving condition's reason (RolledOut, RollingOut, a stuck pod's, ...).")
+    replicas: int = Field(description="Replicas wanted.")
+    ready_replicas: int = Field(description="Ready replicas (ready groups on LeaderWorkerSet).")
+    updated_replicas: int = Field(description="Replicas at the revision (whole groups on LeaderWorkerSet).")
+    problem: str | None = Field(default=None, description="Why it is stuck, in the kubelet's or API server's words.")
+
+
 class Requests(Model):
     """The last value of each one-shot request annotation the operator acted on (planning/requests.py)."""
 
