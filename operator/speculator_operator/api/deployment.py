@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field
 from speculator_operator.api.canary import Canary, CanaryStatus
 from speculator_operator.api.common import Condition, Model, SecretRef
 from speculator_operator.api.parallelism import PARALLEL_FLAGS, Layout, Parallelism, layout, layout_rules
+from speculator_operator.domain.location import Location, Scheme
 
 # what a draft served by vLLM can be (speculators_model_type; mtp: a head stitched into its verifier), spelled out
 # for the schema (tests/unit/test_one_table.py checks it against the algorithm table)
@@ -62,19 +63,24 @@ class Verifier(Model):
     )
 
     @property
+    def location(self) -> Location:
+        """The model's location (a bare org/name is a hub id)."""
+        return Location.parse(self.model, bare=Scheme.HUB)
+
+    @property
     def is_hub(self) -> bool:
-        return not self.model.startswith(("s3://", "pvc://"))
+        return self.location.is_hub
 
     @property
     def uri(self) -> str:
         """hf://org/name, s3://..., or pvc://... (a bare org/name is a hub id)."""
-        return f"hf://{self.model.removeprefix('hf://')}" if self.is_hub else self.model
+        return self.location.uri
 
     @property
     def config_location(self) -> str | None:
         """Where the operator reads the verifier's config.json (pinned to `revision` on the hub); None
         for pvc://, which only the pods mount."""
-        if self.model.startswith("pvc://"):
+        if self.location.is_pvc:
             return None
         return f"{self.uri}@{self.revision}" if self.is_hub else self.model
 

@@ -25,6 +25,7 @@ from speculator_operator.domain.checkpoint import (
     open_source,
     read_verifier,
 )
+from speculator_operator.domain.location import Location
 from speculator_operator.domain.priors import pair_size
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import Problem, parse_spec, requests
@@ -164,7 +165,7 @@ def _observe_inputs(
             obs.problem = ("VerifierUnreadable", str(exc))
             return obs
         verifier, obs.verifier_revision, obs.verifier_content = ref.config, ref.revision, ref.content
-        if spec.verifier.model.startswith("s3://"):
+        if spec.verifier.location.is_s3:
             obs.verifier_manifest = ref.manifest  # the files its pods stage
     else:
         obs.verifier_revision = spec.verifier.revision  # a pvc:// verifier is read by the pods, which mount it
@@ -498,7 +499,7 @@ def resolve_draft_revision(
 ) -> str | None:
     """The draft's revision now (a listing or a model_info call, no download), or None if it cannot be said."""
     located = _draft_location(spec, namespace, status)
-    if isinstance(located, Problem) or located[0].startswith("pvc://"):
+    if isinstance(located, Problem) or Location.parse(located[0]).is_pvc:
         return None
     source, secret, _ = located
     try:

@@ -18,6 +18,7 @@ from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 from speculator_operator.domain.checkpoint.manifest import LATEST, PROVENANCE
 from speculator_operator.domain.checkpoint.sources import s3_client
+from speculator_operator.domain.location import Location
 from speculator_operator.planning.retention import PUBLISHED, Published, prunable, references, retention_status
 from speculator_operator.planning.trainjob import retained
 from speculator_operator.render.serving import MANAGED_BY
@@ -81,8 +82,8 @@ def prune_outputs(
     more, returns None and is retried later."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, _, prefix = spec.output.uri.removeprefix("s3://").partition("/")
-    prefix = prefix.strip("/")
+    output = Location.parse(spec.output.uri)
+    bucket, prefix = output.root, output.path.strip("/")
     try:
         creds = secret_data(namespace, spec.output.credentials.name if spec.output.credentials else None)
         s3 = s3_client(creds)
@@ -91,7 +92,7 @@ def prune_outputs(
         # a ReplicaSet that does not say which draft it stages: every older folder is kept
         delete, kept = prunable(locations, {p.uri for p in locations} if named is None else named, keep)
         for uri in delete:
-            _delete_folder(s3, bucket, uri.removeprefix(f"s3://{bucket}/"))
+            _delete_folder(s3, bucket, Location.parse(uri).path)
     except (CredentialsError, ApiException, ClientError, BotoCoreError) as exc:
         message = f"output.keepLatest not applied to {spec.output.uri}: {exc}"[:1024]
         log.warning("%s/%s: %s", namespace, name, message)

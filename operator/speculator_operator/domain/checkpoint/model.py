@@ -14,6 +14,7 @@ from speculator_operator.domain.checkpoint.manifest import PROVENANCE, Kind, Man
 from speculator_operator.domain.checkpoint.manifest import SINGLE as SINGLE_FILE
 from speculator_operator.domain.checkpoint.safetensors_header import HeaderError, TensorInfo, json_object, parse_header
 from speculator_operator.domain.checkpoint.sources import Source, SourceError, open_source, read_header
+from speculator_operator.domain.location import Location
 
 LAYER_RE = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
 
@@ -301,7 +302,7 @@ def load_served(location: str, credentials: Mapping[str, str] | None = None) -> 
 def read_verifier(location: str, credentials: Mapping[str, str] | None = None) -> VerifierRef:
     """A verifier's config.json from a folder, s3:// or hf://, or a JSON file, with its revision and the
     files that make it up (config, weights, tokenizer: checkpoint/manifest.py)."""
-    if not re.match(r"^[a-z][a-z0-9+.-]*://", location) and location.endswith(".json"):
+    if Location.parse(location).is_path and location.endswith(".json"):
         try:
             with open(location, "rb") as fh:
                 return VerifierRef(_json_object(fh.read(16 * 1024 * 1024 + 1), location), None)

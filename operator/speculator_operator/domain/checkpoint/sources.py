@@ -32,6 +32,7 @@ from speculator_operator.domain.checkpoint.manifest import (
     select,
 )
 from speculator_operator.domain.checkpoint.safetensors_header import HeaderError, header_length
+from speculator_operator.domain.location import Location
 
 # config.json and the shard index are small; anything bigger is not what we think it is
 MAX_SMALL_FILE = 16 * 1024 * 1024
@@ -491,18 +492,15 @@ def open_source(location: str, credentials: Mapping[str, str] | None = None, kin
 
     `credentials` (e.g. a Secret's data) take the place of the process environment: AWS_ACCESS_KEY_ID,
     AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_DEFAULT_REGION, HF_TOKEN, HF_ENDPOINT."""
-    if location.startswith("s3://"):
-        rest = location[len("s3://") :]
-        bucket, _, prefix = rest.partition("/")
-        if not bucket:
+    where = Location.parse(location)
+    if where.is_s3:
+        if not where.root:
             raise SourceError(f"{location}: no bucket name")
-        return S3Source(bucket, prefix, credentials=credentials, kind=kind)
-    if location.startswith("hf://"):
-        rest = location[len("hf://") :]
-        repo, _, revision = rest.partition("@")
-        if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+        return S3Source(where.root, where.path, credentials=credentials, kind=kind)
+    if where.is_hub:
+        if not re.fullmatch(r"[\w.-]+/[\w.-]+", where.root):
             raise SourceError(f"{location}: expected hf://org/repo[@revision]")
-        return HfSource(repo, revision or None, credentials, kind)
-    if re.match(r"^[a-z][a-z0-9+.-]*://", location):
+        return HfSource(where.root, where.revision, credentials, kind)
+    if not where.is_path:
         raise SourceError(f"{location}: unsupported scheme (use a local path, s3:// or hf://)")
     return LocalSource(Path(location), kind)
