@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import LWS_GROUP_KEY_LABEL, REVISION_LABEL, ROLE_LABEL
 from speculator_operator.api.parallelism import Layout, Parallelism, layout
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning.deployment import Observed, plan, serving_status
 from speculator_operator.planning.health import deployment_health

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.api.common import stored
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.domain import qualification
-from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import Problem
 from speculator_operator.planning.adoption import kept_revision

@@ -12,19 +12,14 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from speculator_operator.adapters.checkpoints import load_served, read_verifier
+from speculator_operator.adapters.sources import open_source
 from speculator_operator.api.common import GROUP, VERSION, evolve, now
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, TRACK_LABEL
 from speculator_operator.controllers import drift, observed, telemetry
 from speculator_operator.controllers.queues import DEPLOYMENTS
-from speculator_operator.domain.checkpoint import (
-    CheckpointError,
-    SourceError,
-    audit,
-    load_served,
-    open_source,
-    read_verifier,
-)
+from speculator_operator.domain.checkpoint import CheckpointError, SourceError, audit
 from speculator_operator.domain.location import Location
 from speculator_operator.domain.priors import pair_size
 from speculator_operator.domain.releases import Release

@@ -14,10 +14,10 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from speculator_operator.adapters.sources import s3_client
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 from speculator_operator.domain.checkpoint.manifest import LATEST, PROVENANCE
-from speculator_operator.domain.checkpoint.sources import s3_client
 from speculator_operator.domain.location import Location
 from speculator_operator.planning.retention import PUBLISHED, Published, prunable, references, retention_status
 from speculator_operator.planning.trainjob import retained

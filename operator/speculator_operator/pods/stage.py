@@ -12,8 +12,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from speculator_operator.adapters.sources import HfSource, S3Source, s3_client
 from speculator_operator.domain.checkpoint.manifest import FileEntry, Kind, Manifest, s3_revision
-from speculator_operator.domain.checkpoint.sources import HfSource, S3Source, SourceError, s3_client
+from speculator_operator.domain.checkpoint.sources import SourceError
 from speculator_operator.domain.location import Location
 
 

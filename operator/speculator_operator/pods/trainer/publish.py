@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from speculator_operator import __version__
-from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_dir
+from speculator_operator.adapters.checkpoints import checkpoint_dir
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.checkpoint.manifest import LATEST
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE as MARKER
 from speculator_operator.domain.location import Location
