@@ -96,7 +96,6 @@ async def close_client() -> None:
         await _session.close()
 
 
-@kopf.on.cleanup()
 async def close_session(**_: Any) -> None:
     await close_client()
 
@@ -192,7 +191,6 @@ metrics.tracked("telemetry.ready", lambda: len(_ready_since))
 metrics.tracked("telemetry.positions", lambda: len(_positions))
 
 
-@kopf.on.startup()
 def keep_index(**kwargs: Any) -> None:
     """The serving-pod index (controllers/observed.serving_pods: kopf keeps it live from the pod watch, and
     passes it by its name) for the scrape job."""
@@ -220,7 +218,6 @@ def _analysis(
     return found
 
 
-@periodic.on_gone(PLURAL)
 def deployment_gone(namespace: str, name: str, uid: str) -> None:
     """A deleted SpeculatorDeployment's series leave the operator's /metrics (no finalizer needed)."""
     forget(namespace, name)
@@ -230,7 +227,6 @@ def deployment_gone(namespace: str, name: str, uid: str) -> None:
     _analyses.pop(uid, None)
 
 
-@periodic.every(PLURAL, interval=SCRAPE_INTERVAL, initial=SCRAPE_INTERVAL / 2)
 async def scrape_acceptance(body: kopf.Body) -> None:
     spec, status, meta = body.spec, body.status, body.meta
     name, namespace, uid = meta["name"], meta.get("namespace"), meta["uid"]

@@ -366,16 +366,33 @@ def plan(
         events.append(("Normal", "RollingOut", f"applying revision {revision}"))
     if release_moved(obs.status, release):
         events.append(release_event(release))
-    prune = list(shaped.prune)
-    done = canaries.promoted(status, name, now())
+    status, gone, said = clean_up(status, name, spec, obs.other, rendered.revision, now())
+    return Plan(shaped.children, status, events + said, list(shaped.prune) + gone)
+
+
+def clean_up(
+    status: SpeculatorDeploymentStatus,
+    name: str,
+    spec: SpeculatorDeploymentSpec,
+    other: dict[str, Any] | None,
+    revision: str | None,
+    now: str,
+) -> tuple[SpeculatorDeploymentStatus, list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """What goes once the new pair serves, for a reconcile and a refresh alike: a promoted canary's Deployment once
+    the promoted revision serves every replica (the canary marked Promoted), and `other`, the workload of the other
+    kind left from a layout change, once the new one is ready (planning/deployment.retire). The status, the
+    children to delete as (apiVersion, kind, name), and the events."""
+    gone: list[tuple[str, str, str]] = []
+    said: list[tuple[str, str, str]] = []
+    done = canaries.promoted(status, name, now)
     if done is not None:  # the promoted revision serves every replica: the canary's Deployment goes
         status = evolve(status, None, canary=done[0])
-        prune.append(done[1])
-    if obs.other is not None and ready:
-        ref, event = retire(obs.other, rendered.revision, spec)
-        prune.append(ref)
-        events.append(event)
-    return Plan(shaped.children, status, events, prune)
+        gone.append(done[1])
+    if other is not None and status.phase == "Ready":
+        ref, event = retire(other, revision, spec)
+        gone.append(ref)
+        said.append(event)
+    return status, gone, said
 
 
 def waits_for_group_api(status: SpeculatorDeploymentStatus) -> bool:

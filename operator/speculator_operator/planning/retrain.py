@@ -16,6 +16,9 @@ from speculator_operator.api.labels import RETRAINS_LABEL
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.planning import Problem
 from speculator_operator.planning.inputs import AuditedReason, InputAction, VerifierReason
+from speculator_operator.planning.writes import Create, Writes
+
+TRAIN_JOBS = "speculatortrainjobs"
 
 
 def retrain_name(name: str, revision: str, request: str | None = None) -> str:
@@ -64,6 +67,33 @@ def retrain_job(
         meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "SpeculatorDeployment", "name": name,
                                     "uid": uid, "controller": False, "blockOwnerDeletion": False}]  # fmt: skip
     return {"apiVersion": API_VERSION, "kind": "SpeculatorTrainJob", "metadata": meta, "spec": body}
+
+
+def plan_retrain(
+    name: str,
+    namespace: str,
+    uid: str | None,
+    spec: SpeculatorDeploymentSpec,
+    status: SpeculatorDeploymentStatus,
+    generation: int,
+    revision: str,
+    request: str | None = None,
+) -> tuple[SpeculatorDeploymentStatus, Writes]:
+    """A retraining for the verifier revision `revision`: the SpeculatorTrainJob to create (once: its name is per
+    revision, and per retrain request, so one that exists already was created before: a restart, or the last poll)
+    and the status that names it; or, when the template cannot make one, the status and event that say why."""
+    try:
+        manifest = retrain_job(name, namespace, uid, spec, revision, request, kept_release=status.release)
+    except ValueError as exc:
+        said = ("Warning", "RetrainUnavailable", str(exc))
+        return retrain_status(status, generation, None, revision, str(exc)), Writes(events=(said,))
+    job = manifest["metadata"]["name"]
+    return retrain_status(status, generation, job, revision, None), Writes(creates=(Create(TRAIN_JOBS, manifest),))
+
+
+def retraining(job: str, revision: str) -> tuple[str, str, str]:
+    """The event once the SpeculatorTrainJob `job` was created (not when it existed already)."""
+    return "Normal", "Retraining", f"SpeculatorTrainJob {job} for verifier {revision}"
 
 
 def retrain_status(status: SpeculatorDeploymentStatus, generation: int, job: str | None, revision: str,
