@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import REVISION_LABEL, TRACK_LABEL
-from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import canary as canaries
 from speculator_operator.planning.deployment import Observed, Plan, plan

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from speculator_operator import planning
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.api.common import evolve, make_condition, stamp, stored
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
-from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import deployment, trainjob
 from speculator_operator.planning.health import deployment_health, trainjob_health

@@ -272,8 +272,8 @@ def test_a_child_past_its_progress_deadline_is_a_stuck_rollout() -> None:
     crashing = [{"name": "vllm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]
     pod = {"metadata": {"name": "q-1", "labels": {REVISION_LABEL: "r1"}}, "status": {"containerStatuses": crashing}}
     stuck = serving_status(spec, "r1", child, [pod])
-    assert stuck["reason"] == "ProgressDeadlineExceeded"
-    assert "timed out progressing" in stuck["problem"]
-    assert "CrashLoopBackOff" in stuck["problem"]
+    assert stuck.reason == "ProgressDeadlineExceeded"
+    assert "timed out progressing" in stuck.problem
+    assert "CrashLoopBackOff" in stuck.problem
     rolling = serving_status(spec, "r1", {**child, "status": {**child["status"], "conditions": []}}, [pod])
-    assert rolling["reason"] == "CrashLoopBackOff"  # before the deadline: the pod's own reason, not a stall
+    assert rolling.reason == "CrashLoopBackOff"  # before the deadline: the pod's own reason, not a stall

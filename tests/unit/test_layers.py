@@ -4,7 +4,9 @@
     api           the CRD models: they spell their enums from domain's tables (api/trainjob.py, the algorithms)
     render, telemetry
                   pure builders of the children; vLLM's metrics and what acceptance says (neither imports the other)
-    planning      the planners: they render, and judge with telemetry's figures
+    planning, adapters
+                  the planners: they render, and judge with telemetry's figures; the I/O the core must not do
+                  (checkpoint sources: S3, the Hub, folders), which the shell calls (neither imports the other)
     runtime       the operator process: it runs the planners' passes
     controllers   the kopf adapters
     pods, commands, cli
@@ -28,6 +30,7 @@ LAYER = {
     "render": 2,
     "telemetry": 2,
     "planning": 3,
+    "adapters": 3,
     "runtime": 4,
     "controllers": 5,
     "pods": 6,

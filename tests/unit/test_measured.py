@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.api.common import stored
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
-from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.priors import PairSize
 from speculator_operator.domain.releases import get_release
 from speculator_operator.domain.sweep import PLAIN, Curve, Point

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import LWS_GROUP_KEY_LABEL, REVISION_LABEL, ROLE_LABEL
 from speculator_operator.api.parallelism import Parallelism, layout
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.parallelism import Layout
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning.deployment import Observed, plan, serving_status
@@ -213,23 +213,23 @@ def test_a_group_is_rolled_out_when_every_group_is_ready_at_the_new_revision() -
         }
 
     whole = group_pods("g0", "r2", "r2") + group_pods("g1", "r2", "r2")
-    assert serving_status(two, "r2", lws("r2", 2, 2), whole)["ready"] is True
-    assert serving_status(two, "r2", lws("r2", 2, 1), whole)["ready"] is False  # one group still at the old template
-    assert serving_status(two, "r2", lws("r2", 1, 2), whole)["ready"] is False
-    assert serving_status(two, "r2", lws("r1", 2, 2), whole)["updatedReplicas"] == 0  # not the revision asked for
+    assert serving_status(two, "r2", lws("r2", 2, 2), whole).ready is True
+    assert serving_status(two, "r2", lws("r2", 2, 1), whole).ready is False  # one group still at the old template
+    assert serving_status(two, "r2", lws("r2", 1, 2), whole).ready is False
+    assert serving_status(two, "r2", lws("r1", 2, 2), whole).updated_replicas == 0  # not the revision asked for
     # the LeaderWorkerSet counts a group updated once its leader is; the operator counts whole groups only
     leader_first = group_pods("g0", "r2", "r2") + group_pods("g1", "r2", "r1")
-    assert serving_status(two, "r2", lws("r2", 2, 2), leader_first)["updatedReplicas"] == 1
-    assert serving_status(two, "r2", lws("r2", 2, 2), leader_first)["ready"] is False
+    assert serving_status(two, "r2", lws("r2", 2, 2), leader_first).updated_replicas == 1
+    assert serving_status(two, "r2", lws("r2", 2, 2), leader_first).ready is False
     workers_missing = group_pods("g0", "r2", "r2") + group_pods("g1", "r2")
-    assert serving_status(two, "r2", lws("r2", 2, 2), workers_missing)["ready"] is False
-    assert serving_status(two, "r2", lws("r2", 2, 2))["ready"] is False  # pods unknown: nothing counts as whole
+    assert serving_status(two, "r2", lws("r2", 2, 2), workers_missing).ready is False
+    assert serving_status(two, "r2", lws("r2", 2, 2)).ready is False  # pods unknown: nothing counts as whole
     # the watch's trimmed pods keep what this reads
-    assert serving_status(two, "r2", lws("r2", 2, 2), [trimmed_pod(p) for p in whole])["ready"] is True
+    assert serving_status(two, "r2", lws("r2", 2, 2), [trimmed_pod(p) for p in whole]).ready is True
     # the surge group rolled in beside them is whole too, but only the wanted groups count: the count does not go
     # stale when the surge group goes (a drop of updatedReplicas alone writes no status)
     surge = whole + group_pods("g2", "r2", "r2")
-    assert serving_status(two, "r2", lws("r2", 3, 3), surge)["updatedReplicas"] == 2
+    assert serving_status(two, "r2", lws("r2", 3, 3), surge).updated_replicas == 2
 
 
 def test_the_scrape_skips_headless_workers() -> None:

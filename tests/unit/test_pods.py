@@ -61,9 +61,9 @@ def test_a_rolling_out_deployment_shows_its_stuck_pods_reason() -> None:
     stuck = pod("p1", waiting="ImagePullBackOff", message="Back-off pulling image server:cpu-missing")
     old = pod("p0", waiting="CrashLoopBackOff", revision="r0")  # another revision's pod says nothing here
     serving = serving_status(spec, "r1", child, [old, stuck])
-    assert (serving["ready"], serving["reason"]) == (False, "ImagePullBackOff")
-    assert "server:cpu-missing" in serving["problem"]
-    assert serving_status(spec, "r1", child, [old])["reason"] == "RollingOut"
+    assert (serving.ready, serving.reason) == (False, "ImagePullBackOff")
+    assert "server:cpu-missing" in serving.problem
+    assert serving_status(spec, "r1", child, [old]).reason == "RollingOut"
     status = SpeculatorDeploymentStatus(phase="Deploying", revision="r1")
     refreshed = refresh_serving(spec, status, child, 1, [stuck], now=NOW)
     conds = {c.type: c for c in refreshed.conditions}

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.api.common import stored
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.domain import qualification
-from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import Problem
 from speculator_operator.planning.adoption import kept_revision
@@ -148,18 +148,18 @@ def test_a_pod_the_api_server_refuses_is_said_in_its_words() -> None:
         {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": message}
     ]
     out = serving_status(SPEC, "new", refused)
-    assert (out["ready"], out["reason"], out["problem"]) == (False, "FailedCreate", message)
+    assert (out.ready, out.reason, out.problem) == (False, "FailedCreate", message)
     healed = child("new", 2)
     healed["status"]["conditions"] = [{"type": "ReplicaFailure", "status": "False"}]
-    assert serving_status(SPEC, "new", healed)["reason"] == "RolledOut"
+    assert serving_status(SPEC, "new", healed).reason == "RolledOut"
 
 
 def test_serving_status_counts_only_the_current_revision() -> None:
-    assert serving_status(SPEC, "new", child("old", 2))["ready"] is False
-    assert serving_status(SPEC, "new", child("old", 2))["updatedReplicas"] == 0
-    assert serving_status(SPEC, "new", child("new", 1))["ready"] is False
-    assert serving_status(SPEC, "new", child("new", 2))["ready"] is True
-    assert serving_status(SPEC, "new", None)["reason"] == "NotDeployed"
+    assert serving_status(SPEC, "new", child("old", 2)).ready is False
+    assert serving_status(SPEC, "new", child("old", 2)).updated_replicas == 0
+    assert serving_status(SPEC, "new", child("new", 1)).ready is False
+    assert serving_status(SPEC, "new", child("new", 2)).ready is True
+    assert serving_status(SPEC, "new", None).reason == "NotDeployed"
 
 
 def test_the_reconciles_status_already_says_what_its_new_child_will(good: Any) -> None:

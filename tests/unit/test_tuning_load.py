@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.api.common import stored
 from speculator_operator.api.deployment import (
     Acceptance,
@@ -19,7 +20,6 @@ from speculator_operator.api.deployment import (
     SpeculatorDeploymentStatus,
     TuningStatus,
 )
-from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.economics import cutoff_schedule
 from speculator_operator.domain.priors import pair_load, pair_size
 from speculator_operator.domain.releases import get_release

@@ -16,19 +16,15 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
+from speculator_operator.adapters.checkpoints import load_served, read_verifier
+from speculator_operator.adapters.sources import open_source
 from speculator_operator.api.common import evolve, stamp
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import DEPLOYMENT_LABEL
 from speculator_operator.controllers import drift, observed, telemetry
 from speculator_operator.controllers.queues import DEPLOYMENTS
-from speculator_operator.domain.checkpoint import (
-    CheckpointError,
-    SourceError,
-    audit,
-    load_served,
-    open_source,
-    read_verifier,
-)
+from speculator_operator.domain.checkpoint import CheckpointError, SourceError, audit
+from speculator_operator.domain.location import Location
 from speculator_operator.domain.priors import pair_size
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import Problem, parse_spec, requests
@@ -165,7 +161,7 @@ def _observe_inputs(
             obs.problem = ("VerifierUnreadable", str(exc))
             return obs
         verifier, obs.verifier_revision, obs.verifier_content = ref.config, ref.revision, ref.content
-        if spec.verifier.model.startswith("s3://"):
+        if spec.verifier.location.is_s3:
             obs.verifier_manifest = ref.manifest  # the files its pods stage
     else:
         obs.verifier_revision = spec.verifier.revision  # a pvc:// verifier is read by the pods, which mount it
@@ -485,7 +481,7 @@ def resolve_draft_revision(
 ) -> str | None:
     """The draft's revision now (a listing or a model_info call, no download), or None if it cannot be said."""
     located = _draft_location(spec, namespace, status)
-    if isinstance(located, Problem) or located[0].startswith("pvc://"):
+    if isinstance(located, Problem) or Location.parse(located[0]).is_pvc:
         return None
     source, secret, _ = located
     try:

@@ -14,10 +14,11 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from speculator_operator.adapters.sources import s3_client
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
 from speculator_operator.api.trainjob import Retention, SpeculatorTrainJobSpec
 from speculator_operator.domain.checkpoint.manifest import LATEST, PROVENANCE
-from speculator_operator.domain.checkpoint.sources import s3_client
+from speculator_operator.domain.location import Location
 from speculator_operator.planning.retention import PUBLISHED, Published, prunable, references, retention_status
 from speculator_operator.planning.writes import DeleteFolders, Writes
 from speculator_operator.render.serving import MANAGED_BY
@@ -69,8 +70,8 @@ def plan_prune(namespace: str, name: str, spec: SpeculatorTrainJobSpec, keep: in
     them). A listing that fails plans nothing but its PruneFailed event (None: retried later)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, _, prefix = spec.output.uri.removeprefix("s3://").partition("/")
-    prefix = prefix.strip("/")
+    output = Location.parse(spec.output.uri)
+    bucket, prefix = output.root, output.path.strip("/")
     try:
         creds = secret_data(namespace, spec.output.credentials.name if spec.output.credentials else None)
         s3 = s3_client(creds)

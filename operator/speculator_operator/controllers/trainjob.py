@@ -14,13 +14,14 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+from speculator_operator.adapters.checkpoints import read_verifier
 from speculator_operator.api.common import evolve, stamp, stored
 from speculator_operator.api.labels import STAGE_LABEL, TRAINJOB_LABEL
 from speculator_operator.api.podcontract import parse_progress, progress_seconds
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 from speculator_operator.controllers.queues import TRAINJOBS
 from speculator_operator.controllers.retention import plan_prune, prune_failed
-from speculator_operator.domain.checkpoint import CheckpointError, read_verifier
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.planning import Problem, parse_spec, progress
 from speculator_operator.planning.health import trainjob_health
 from speculator_operator.planning.passes import Cause, trainjob_progress_only

@@ -33,6 +33,7 @@ from speculator_operator.api.deployment import (
     PairEconomics,
     RenderNote,
     ServedImage,
+    ServingState,
     SpeculatorDeploymentSpec,
     SpeculatorDeploymentStatus,
 )
@@ -123,14 +124,14 @@ def serving_status(
     child: dict[str, Any] | None,
     pods: list[dict[str, Any]] | None = None,
     shrinking: bool = False,
-) -> dict[str, Any]:
+) -> ServingState:
     """Replica counts and the Serving readiness of the current revision, from the child Deployment; while
     not rolled out, a stuck pod of that revision (an image the node cannot get, a crash loop) gives the
     reason and the kubelet's words. `shrinking`: replicas beyond `want` are a scale-down under way (an InPlace
     canary taking the incumbent's share), not an old revision's pods, so they do not make it unready."""
     want = spec.serving.replicas
     if child is None:
-        return {"ready": False, "reason": "NotDeployed", "replicas": want, "readyReplicas": 0, "updatedReplicas": 0}
+        return ServingState(ready=False, reason="NotDeployed", replicas=want, ready_replicas=0, updated_replicas=0)
     st = child.get("status") or {}
     meta = child.get("metadata") or {}
     current = (meta.get("annotations") or {}).get(REVISION_LABEL) == revision
@@ -154,23 +155,23 @@ def serving_status(
         and (total == want or (shrinking and total > want))
     )
     reason = "ScaledToZero" if want == 0 and done else ("RolledOut" if done else "RollingOut")
-    out = {"ready": done, "reason": reason, "replicas": want, "readyReplicas": ready,
-           "updatedReplicas": updated if current else 0}  # fmt: skip
+    out = ServingState(ready=done, reason=reason, replicas=want, ready_replicas=ready,
+                       updated_replicas=updated if current else 0)  # fmt: skip
     if not done and pods:
         mine = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL) == revision]
         problem = first_problem(mine)
         if problem:
-            out["reason"], out["problem"] = problem
+            out.reason, out.problem = problem
     progressing = next((c for c in st.get("conditions") or [] if c.get("type") == "Progressing"), None)
     if not done and progressing and progressing.get("reason") == ServingReason.PROGRESS_DEADLINE_EXCEEDED:
         # the Deployment controller gave up waiting (spec.progressDeadlineSeconds): its words, then the pod's
         said = str(progressing.get("message") or "ProgressDeadlineExceeded")
-        out["reason"] = ServingReason.PROGRESS_DEADLINE_EXCEEDED.value
-        out["problem"] = (said + (f"; {out['problem']}" if out.get("problem") else ""))[:1000]
+        out.reason = ServingReason.PROGRESS_DEADLINE_EXCEEDED.value
+        out.problem = (said + (f"; {out.problem}" if out.problem else ""))[:1000]
     failure = next((c for c in st.get("conditions") or [] if c.get("type") == "ReplicaFailure"), None)
     if not done and failure and failure.get("status") == "True":
         # no pod could be created at all (Pod Security admission, a quota): the API server's words
-        out["reason"], out["problem"] = "FailedCreate", str(failure.get("message") or failure.get("reason"))[:1000]
+        out.reason, out.problem = "FailedCreate", str(failure.get("message") or failure.get("reason"))[:1000]
     return out
 
 
@@ -337,12 +338,12 @@ def plan(
     want = spec if shaped.incumbent_replicas is None else canaries.with_replicas(spec, shaped.incumbent_replicas)
     serving = serving_status(want, revision, obs.child, obs.pods, shrinking=shaped.incumbent_replicas is not None)
     if obs.child is None:
-        serving["reason"] = "RollingOut"  # its Deployment is applied right after this status is written
+        serving.reason = "RollingOut"  # its Deployment is applied right after this status is written
     serving_reason, serving_message = (
-        serving["reason"],
-        serving.get("problem") or _revision_words(revision, notes),
+        serving.reason,
+        serving.problem or _revision_words(revision, notes),
     )
-    ready = serving["ready"]
+    ready = serving.ready
     status = evolve(
         obs.status, gen,
         make_condition(gen, "Audited", True, AuditedReason.PASSED,
@@ -352,14 +353,14 @@ def plan(
         draft_cond,
         make_condition(gen, "Serving", ready, serving_reason, serving_message),
         make_condition(gen, "Ready", ready, "Ready" if ready else "RollingOut",
-              f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {revision} ready"),
+              f"{serving.ready_replicas}/{serving.replicas} replicas of revision {revision} ready"),
         phase="Ready" if ready else "Deploying", now=now,
         revision=revision,
         render_notes=notes or None,
         num_speculative_tokens=k,
-        replicas=serving["replicas"],
-        ready_replicas=serving["readyReplicas"],
-        updated_replicas=serving["updatedReplicas"],
+        replicas=serving.replicas,
+        ready_replicas=serving.ready_replicas,
+        updated_replicas=serving.updated_replicas,
         canary=shaped.canary,
         **common,
     )  # fmt: skip
@@ -451,17 +452,17 @@ def refresh_serving(
     if shrinking:  # an InPlace canary holds the incumbent's share
         spec = canaries.with_replicas(spec, want)
     serving = serving_status(spec, revision, child, pods, shrinking=shrinking)
-    ready = serving["ready"]
-    replicas = f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {revision} ready"
+    ready = serving.ready
+    replicas = f"{serving.ready_replicas}/{serving.replicas} replicas of revision {revision} ready"
     said = _revision_words(revision, status.render_notes or [])
     new = evolve(
         status, generation,
-        make_condition(generation, "Serving", ready, serving["reason"], serving.get("problem") or said),
+        make_condition(generation, "Serving", ready, serving.reason, serving.problem or said),
         make_condition(generation, "Ready", ready, "Ready" if ready else "RollingOut",
-                       replicas + (f"; {serving['problem']}" if serving.get("problem") else "")),
+                       replicas + (f"; {serving.problem}" if serving.problem else "")),
         phase="Ready" if ready else "Deploying", now=now,
-        replicas=serving["replicas"],
-        ready_replicas=serving["readyReplicas"],
+        replicas=serving.replicas,
+        ready_replicas=serving.ready_replicas,
     )  # fmt: skip
     if ready and pods:
         image = served_image(revision, pods)
@@ -469,7 +470,7 @@ def refresh_serving(
             new = evolve(new, None, served_image=image)
     if stored(new) == stored(status):
         return status  # `updatedReplicas` alone moving is carried by the next change
-    return evolve(new, None, updated_replicas=serving["updatedReplicas"])
+    return evolve(new, None, updated_replicas=serving.updated_replicas)
 
 
 def _revision_words(revision: str, notes: list[RenderNote]) -> str:

@@ -34,7 +34,14 @@ from typing import Any
 
 from speculator_operator.api.common import Condition, conditions_of, evolve, make_condition, stamp, stored
 from speculator_operator.api.podcontract import FAILED_EVALUATIONS, EvaluationOutcome, StageReport
-from speculator_operator.api.trainjob import Retention, SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
+from speculator_operator.api.trainjob import (
+    EvaluationResult,
+    Progress,
+    Provenance,
+    Retention,
+    SpeculatorTrainJobSpec,
+    SpeculatorTrainJobStatus,
+)
 from speculator_operator.domain.algorithms import MTP_COUNT_KEY, Algorithm
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import progress
@@ -148,7 +155,7 @@ def _tail(text: str | None, limit: int = 800) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
-def _progress(spec: SpeculatorTrainJobSpec, obs: Observed) -> dict[str, Any]:
+def _progress(spec: SpeculatorTrainJobSpec, obs: Observed) -> Progress:
     """What the finished stages reported, over the running stage's live values (controllers read those from
     its pod's log): a finished stage's estimate of its end goes."""
     prepared = obs.reports.get("prepare", NO_REPORT)
@@ -165,7 +172,7 @@ def _progress(spec: SpeculatorTrainJobSpec, obs: Observed) -> dict[str, Any]:
         "epoch": trained.epoch if "epoch" in trained.model_fields_set else live.get("epoch"),
         "epochs": spec.training.epochs if spec.convert is None else None,
     }
-    return {k: v for k, v in out.items() if v is not None}
+    return Progress.model_validate({k: v for k, v in out.items() if v is not None})
 
 
 def _converted_from(spec: SpeculatorTrainJobSpec) -> str | None:
@@ -174,26 +181,26 @@ def _converted_from(spec: SpeculatorTrainJobSpec) -> str | None:
     return f"{spec.convert.source}@{spec.convert.revision}" if spec.convert.revision else spec.convert.source
 
 
-def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[str, Any]:
+def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> Provenance:
     r = inputs.release
-    out = {
-        "release": r.name,
-        "speculators": r.speculators,
-        "hsConnectors": r.hs_connectors,
-        "vllm": r.vllm,
-        "verifierRevision": inputs.verifier_revision,
-        "verifierContent": inputs.verifier_content,
-        "verifierLayers": inputs.verifier_layers,
-        "verifierModelType": obs.verifier_model_type,
-        "verifierMaxPositions": obs.verifier_max_positions,
-        "dataFingerprint": obs.reports.get("prepare", NO_REPORT).fingerprint,
-        "convertedFrom": _converted_from(inputs.spec),
-        "evaluation": inputs.evaluation,
-        "commands": {s.name: " ".join(s.command) for s in all_stages},
-        # what the kubelet ran: kept from earlier passes, since a finished stage's pods may be gone by now
-        "images": {**((obs.status.provenance.images if obs.status.provenance else None) or {}), **obs.images} or None,
-    }
-    return {k: v for k, v in out.items() if v is not None}
+    # what the kubelet ran: kept from earlier passes, since a finished stage's pods may be gone by now
+    images = {**((obs.status.provenance.images if obs.status.provenance else None) or {}), **obs.images}
+    return Provenance(
+        release=r.name,
+        speculators=r.speculators,
+        hs_connectors=r.hs_connectors,
+        vllm=r.vllm,
+        verifier_revision=inputs.verifier_revision,
+        verifier_content=inputs.verifier_content,
+        verifier_layers=inputs.verifier_layers,
+        verifier_model_type=obs.verifier_model_type,
+        verifier_max_positions=obs.verifier_max_positions,
+        data_fingerprint=obs.reports.get("prepare", NO_REPORT).fingerprint,
+        converted_from=_converted_from(inputs.spec),
+        evaluation=None if inputs.evaluation is None else EvaluationResult.model_validate(inputs.evaluation),
+        commands={s.name: " ".join(s.command) for s in all_stages},
+        images=images or None,
+    )
 
 
 def plan(

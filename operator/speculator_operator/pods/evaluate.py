@@ -21,9 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from speculator_operator.adapters.checkpoints import checkpoint_dir, load_checkpoint, load_verifier_config
 from speculator_operator.api.common import stored
 from speculator_operator.api.podcontract import EvaluationOutcome, ExitCode
-from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_dir, load_checkpoint, load_verifier_config
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.economics import pair_cost_ratio
 from speculator_operator.pods.holdout import EvaluationError
 from speculator_operator.pods.trainer.report import report

@@ -18,8 +18,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from speculator_operator.adapters.sources import s3_client
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE
-from speculator_operator.domain.checkpoint.sources import s3_client
+from speculator_operator.domain.location import Location
 from speculator_operator.planning.writes import Apply, Create, Delete, DeleteFolders, Writes
 from speculator_operator.runtime import kube
 from speculator_operator.runtime.events import Discarding, EventRecorder
@@ -179,8 +180,8 @@ class Executor:
         try:
             s3 = s3_client(folders.credentials)
             for uri in folders.uris:
-                bucket, _, key_prefix = uri.removeprefix("s3://").partition("/")
-                delete_folder(s3, bucket, key_prefix)
+                folder = Location.parse(uri)
+                delete_folder(s3, folder.root, folder.path)
         except (ClientError, BotoCoreError) as exc:
             return FoldersFailed(str(exc))
         return FoldersDeleted(folders.uris)
