@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from speculator_operator.api.common import evolve
+from speculator_operator.api.deployment import SpeculatorDeploymentStatus
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime.controller import TERMINAL_ERROR, Controller, StatusRefused
-from speculator_operator.runtime.events import MAX_MESSAGE, EventRecorder
+from speculator_operator.runtime.events import BURST, MAX_MESSAGE, EventRecorder
 from speculator_operator.runtime.workqueue import DONE, Result
 
 LIMIT = 10.0
@@ -100,9 +102,31 @@ def test_an_objects_events_are_posted_in_order_and_a_failed_post_does_not_stop_t
         assert reasons == [f"R{i}" for i in range(10) if i != 3]
 
 
-def test_an_object_posts_25_events_at_once_then_one_every_5_minutes_and_others_are_not_held() -> None:
+def test_by_default_every_event_is_posted_as_kopf_posted_them() -> None:
+    posted = Posted()
+    recorder = EventRecorder(posted)
+    try:
+        for i in range(40):
+            recorder.event(sdep("a", "u-a"), type="Normal", reason="ChildRestored", message=f"{i}")
+        assert recorder.flush(LIMIT)
+    finally:
+        recorder.close()
+    assert [b["message"] for _, b in posted.events] == [f"{i}" for i in range(40)]
+    assert recorder.dropped == 0
+
+
+def test_after_close_an_event_is_dropped_not_queued() -> None:
+    posted = Posted()
+    recorder = EventRecorder(posted)
+    recorder.close()
+    recorder.event(sdep("a", "u-a"), type="Normal", reason="RollingOut", message="late")
+    assert recorder.flush(LIMIT)  # nothing handed over: nothing to wait for
+    assert posted.events == []
+
+
+def test_with_a_limit_an_object_posts_25_events_at_once_then_one_every_5_minutes_and_others_are_not_held() -> None:
     posted, clock = Posted(), Clock()
-    recorder = EventRecorder(posted, clock=clock)
+    recorder = EventRecorder(posted, burst=BURST, clock=clock)
     try:
         for i in range(30):
             recorder.event(sdep("a", "u-a"), type="Normal", reason="ChildRestored", message=f"{i}")
@@ -122,7 +146,7 @@ def test_an_object_posts_25_events_at_once_then_one_every_5_minutes_and_others_a
 
 
 def test_the_rate_limit_keeps_the_objects_that_posted_last_and_no_more() -> None:
-    recorder = EventRecorder(Posted(), max_objects=3, posters=1)
+    recorder = EventRecorder(Posted(), burst=BURST, max_objects=3, posters=1)
     try:
         for i in range(10):
             recorder.event(sdep(f"o{i}", f"u{i}"), type="Normal", reason="R", message="")
@@ -149,6 +173,34 @@ class Store:
         self.obj = {**self.obj, "status": new}
 
 
+def test_any_other_error_in_a_pass_is_retried_not_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a status the model refuses is terminal: outside data that does not validate (a stage report, another
+    object's status) may mend, so the pass is retried with back-off and nothing is written."""
+    store = Store(sdep(status={"phase": "Ready", "observedGeneration": 2}))
+    monkeypatch.setattr(kube, "read_custom", store.read)
+    monkeypatch.setattr(kube, "patch_status", store.write)
+    monkeypatch.setattr(metrics, "tracked", lambda *_: None)
+    passes: list[frozenset[str]] = []
+
+    def run(key: tuple[str, str], causes: frozenset[str]) -> Result:
+        passes.append(causes)
+        if len(passes) < 3:
+            Phase.model_validate({"phase": "three"})  # outside data of the wrong shape
+        return DONE
+
+    ctl = Controller("SpeculatorDeployment", workers=1, base_delay=0.001)
+    ctl.handles(run)
+    ctl.start(EventRecorder(Posted()))
+    try:
+        assert ctl.queue is not None
+        ctl.enqueue("ns", "a", "scrape")
+        assert ctl.queue.wait_idle(LIMIT)
+    finally:
+        ctl.stop()
+    assert len(passes) == 3  # retried until it passed
+    assert store.writes == []
+
+
 class Phase(BaseModel):
     phase: int
 
@@ -170,7 +222,7 @@ def test_a_pass_that_fails_for_good_is_not_retried_and_the_object_says_so_once(
             return DONE  # the spec edit that works around it
         if bug == "refused":
             raise StatusRefused("SpeculatorDeploymentStatus of ns/a: phase: Input should be 'Pending'")
-        Phase.model_validate({"phase": "three"})  # a model the pass builds wrong
+        evolve(SpeculatorDeploymentStatus(phase="Pending"), None, ready_replicas="two")  # a status built wrong
         return DONE
 
     posted = Posted()
@@ -200,7 +252,7 @@ def test_a_pass_that_fails_for_good_is_not_retried_and_the_object_says_so_once(
     assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", TERMINAL_ERROR)
     assert (conditions["Stalled"]["status"], conditions["Stalled"]["reason"]) == ("True", TERMINAL_ERROR)
     assert conditions["Stalled"]["observedGeneration"] == 3
-    named = "StatusRefused" if bug == "refused" else "ValidationError"
+    named = "StatusRefused" if bug == "refused" else "StatusInvalid"
     assert named in conditions["Stalled"]["message"]
     ((_, event),) = posted.events
     assert (event["type"], event["reason"]) == ("Warning", TERMINAL_ERROR)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from speculator_operator.api.common import evolve, read_status, status_problems
+from speculator_operator.api.common import StatusInvalid, evolve, read_status, status_problems
 from speculator_operator.api.deployment import SpeculatorDeploymentStatus
 from speculator_operator.api.trainjob import SpeculatorTrainJobStatus
 from speculator_operator.runtime.controller import PassStatus, StatusRefused
@@ -69,8 +69,9 @@ def test_a_misspelt_or_misshapen_field_fails_where_the_status_is_built_and_again
     pending = SpeculatorDeploymentStatus(phase="Pending")
     with pytest.raises(TypeError, match="ready_replica"):
         evolve(pending, None, ready_replica=1)  # a planner's misspelt field: no status, an error
-    with pytest.raises(ValidationError):
+    with pytest.raises(StatusInvalid) as refused:
         evolve(pending, None, ready_replicas="two")
+    assert isinstance(refused.value.__cause__, ValidationError)
     sent: list[dict[str, Any]] = []
     monkeypatch.setattr(kube, "patch_status", lambda *args: sent.append(args[4]))
     status = PassStatus(SpeculatorDeploymentStatus, "speculatordeployments", "ns", "a", {"phase": "Pending"})

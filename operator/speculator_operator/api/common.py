@@ -114,17 +114,26 @@ def stored(status: BaseModel) -> dict[str, Any]:
     return status.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
 
 
+class StatusInvalid(ValueError):
+    """A planner built a status its model does not take (`evolve`): a bug of the operator's, the same on every
+    retry, so the pass that meets it fails for good (runtime/controller.py: the TerminalError condition)."""
+
+
 def evolve(status: S, generation: int | None, *conds: Condition, now: datetime | None = None, **fields: Any) -> S:
     """`status` with the conditions merged by type at `now` (`set_condition`; required with any condition),
     observedGeneration set (left as it is when `generation` is None) and `fields` set by their Python names (None
     removes one). The result is validated: a field the model has no name for is a TypeError here, a value of the
-    wrong shape a ValidationError, where a dict would have been pruned by the API server without a word."""
+    wrong shape a StatusInvalid (pydantic's error as its cause), where a dict would have been pruned by the API
+    server without a word."""
     model = type(status)
     unknown = sorted(set(fields) - set(model.model_fields))
     if unknown:
         raise TypeError(f"{model.__name__} has no field {', '.join(unknown)}")
     wire = {model.model_fields[k].alias or k: _wire(v) for k, v in fields.items()}
-    return model.model_validate(merge_status(stored(status), generation, *conds, now=now, **wire))
+    try:
+        return model.model_validate(merge_status(stored(status), generation, *conds, now=now, **wire))
+    except ValidationError as exc:
+        raise StatusInvalid(f"{model.__name__}: {exc}") from exc
 
 
 def _wire(value: Any) -> Any:

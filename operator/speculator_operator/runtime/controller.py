@@ -29,9 +29,15 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, Generic
 
-from pydantic import ValidationError
-
-from speculator_operator.api.common import S, make_condition, merge_status, read_status, status_problems, stored
+from speculator_operator.api.common import (
+    S,
+    StatusInvalid,
+    make_condition,
+    merge_status,
+    read_status,
+    status_problems,
+    stored,
+)
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime.events import Discarding, EventRecorder
 from speculator_operator.runtime.kube import unreachable
@@ -168,7 +174,7 @@ class Controller:
             outcome = "error"
             log.error("%s/%s: pass failed for good, not retried (%s)", *key, exc, exc_info=exc.error)
             raise
-        except (StatusRefused, ValidationError) as exc:  # the operator's own bug: a retry meets it again
+        except (StatusRefused, StatusInvalid) as exc:  # a status the model refuses: the operator's own bug, met again
             outcome = "error"
             log.error("%s/%s: pass failed for good, not retried (%s: %s)", *key, type(exc).__name__, exc, exc_info=exc)
             raise Terminal(exc) from exc

@@ -12,12 +12,14 @@ post through it.
 - When: in the background, in order per object, on a few threads of the recorder's own, so that a pass never
   waits on an event (kopf's poster did the same). An event that cannot be posted is logged and dropped: events
   are best effort, the status says the same.
-- How many: client-go's spam filter (`EventSourceObjectSpamFilter`): a token bucket per object, 25 events at
-  once and one more every 5 minutes, kept for the 4,096 objects that posted last (an LRU, as client-go's; an
-  object whose bucket has filled again needs no entry). Chosen over client-go's other aggregation (an
-  identical event bumps the `count` of the one posted before): every event stays an object of its own, as kopf
-  posted them, so that three identical "changed by kubectl; restored" events are three (tests/cluster/
-  test_drift.py counts them) and "exactly one event per transition" can be checked by counting.
+- How many: every one, as kopf's poster did; each event is an object of its own (no aggregation into a
+  `count`), so that three identical "changed by kubectl; restored" events are three (tests/cluster/
+  test_drift.py counts them) and "exactly one event per transition" can be checked by counting. A limit per
+  object can be asked for (`burst`): client-go's spam filter (`EventSourceObjectSpamFilter`), a token bucket
+  per object, `burst` events at once and one more every `refill_seconds`, kept for the `max_objects` objects
+  that posted last (an LRU, as client-go's). The operator asks for none: a dropped event would be a change
+  in what it says (a Warning after 25 restorations of one object would go unseen).
+- After `close` (the operator stopping), an event is logged and dropped, never queued to a thread that left.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 
 COMPONENT = "speculator-operator"
 MAX_MESSAGE = 1024
-BURST = 25  # client-go's defaultSpamBurst
+BURST = 25  # client-go's defaultSpamBurst, when a limit is asked for
 REFILL_SECONDS = 300.0  # one token per this many seconds: client-go's defaultSpamQPS, 1/300
 MAX_OBJECTS = 4096  # client-go's maxLruCacheEntries
 POSTERS = 4  # threads posting; an object's events always go to the same one
@@ -103,7 +105,7 @@ class EventRecorder:
         create: Create = create_event,
         *,
         instance: str | None = None,
-        burst: int = BURST,
+        burst: int | None = None,
         refill_seconds: float = REFILL_SECONDS,
         max_objects: int = MAX_OBJECTS,
         posters: int = POSTERS,
@@ -111,7 +113,9 @@ class EventRecorder:
     ) -> None:
         self._create, self._clock = create, clock
         self._instance = instance or os.environ.get("POD_NAME") or socket.gethostname()
-        self._burst, self._refill, self._max = float(burst), refill_seconds, max_objects
+        self._burst = None if burst is None else float(burst)
+        self._refill, self._max = refill_seconds, max_objects
+        self._closed = False
         self._buckets: OrderedDict[tuple[str, ...], _Bucket] = OrderedDict()
         self._lock = threading.Condition()
         self._unposted = 0  # handed over, not yet posted or given up
@@ -128,14 +132,22 @@ class EventRecorder:
         """Post an Event about `obj` (`type` Normal or Warning), unless its object posted too many of late."""
         ref = reference(obj)
         key = (ref.get("namespace", ""), ref.get("kind", ""), ref.get("name", ""), ref.get("uid", ""))
+        if self._closed:
+            log.info("%s/%s: event %s not posted (the operator is stopping): %s", key[0], key[2], reason,
+                     message[:200])  # fmt: skip
+            return
         if not self._allowed(key):
-            log.debug("%s/%s: event %s not posted (more than %d of late): %s", key[0], key[2], reason,
-                      int(self._burst), message[:200])  # fmt: skip
+            log.info("%s/%s: event %s not posted (more than %d of late): %s", key[0], key[2], reason,
+                     int(self._burst or 0), message[:200])  # fmt: skip
             return
         event = body(ref, type, reason, message, self._instance, datetime.now(UTC))
         self._queues[zlib.crc32(repr(key).encode()) % len(self._queues)].put((ref.get("namespace", ""), event))
 
     def _allowed(self, key: tuple[str, ...]) -> bool:
+        if self._burst is None:
+            with self._lock:
+                self._unposted += 1
+            return True
         now = self._clock()
         with self._lock:
             bucket = self._buckets.pop(key, None) or _Bucket(self._burst, now)
@@ -177,7 +189,8 @@ class EventRecorder:
             return self._lock.wait_for(lambda: self._unposted == 0, timeout)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Post what is queued (for at most `timeout` s), then stop the threads."""
+        """Post what is queued (for at most `timeout` s), then stop the threads; later events are dropped."""
+        self._closed = True
         for backlog in self._queues:
             backlog.put(None)
         deadline = time.monotonic() + timeout
