@@ -23,6 +23,7 @@ from typing import Any
 from speculator_operator.domain.checkpoint.manifest import (
     CONFIG,
     LATEST,
+    PROVENANCE,
     FileEntry,
     Kind,
     Manifest,
@@ -438,3 +439,16 @@ def open_source(location: str, credentials: Mapping[str, str] | None = None, kin
     if not where.is_path:
         raise SourceError(f"{location}: unsupported scheme (use a local path, s3:// or hf://)")
     return LocalSource(Path(location), kind)
+
+
+def delete_folder(s3: Any, bucket: str, key_prefix: str) -> None:
+    """Every object under the folder, its provenance record last (a half-deleted folder stays recognisable): a
+    retention delete (runtime/executor.py carries out the plan's `DeleteFolders`)."""
+    keys = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{key_prefix}/"):
+        keys += [o["Key"] for o in page.get("Contents", [])]
+    record = f"{key_prefix}/{PROVENANCE}"
+    rest = [k for k in keys if k != record]
+    for i in range(0, len(rest), 1000):
+        s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in rest[i : i + 1000]]})
+    s3.delete_object(Bucket=bucket, Key=record)

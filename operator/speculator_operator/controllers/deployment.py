@@ -267,7 +267,7 @@ class _Pass:
         self.reconciled = p
         if p.children:
             apply = Apply(p.children, force=restoring is not None, known=known)
-            outcome = self.executor.execute(Writes(apply=apply, deletes=deletes(p.prune)))
+            outcome = self.executor.execute(Writes(apply=apply))
             if isinstance(outcome.apply, Terminating):
                 return p
             if isinstance(outcome.apply, Refused):
@@ -283,6 +283,9 @@ class _Pass:
             if said:
                 log.info("%s/%s: %s; restored", self.namespace, self.name, said)
                 self.executor.say(("Normal", "ChildRestored", f"{said}; restored"))
+            # what the apply left behind goes after the applied children are recorded, so that their watch's
+            # echo finds them known
+            self.executor.execute(Writes(deletes=deletes(p.prune)))
         self.executor.say(*p.events)
         return p
 

@@ -172,7 +172,11 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     executor = Executor(body, CONTROLLER.applying, CONTROLLER.recorder)
     with metrics.reconciling("SpeculatorTrainJob"):
         p, result = _reconcile(body, status, executor, now)
-    status.write(ORDER)
+    try:
+        status.write(ORDER)
+    except BaseException:
+        executor.post()  # the pass's own events stand even when its status write fails (they did before it)
+        raise
     executor.say(*(("Normal", reason, message) for reason, message in events))
     executor.post()
     metrics.stages_finished((body.get("status") or {}).get("stages"), stored(p.status).get("stages"))

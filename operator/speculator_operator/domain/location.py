@@ -74,11 +74,6 @@ class Location:
         return self.scheme is Scheme.PATH
 
     @property
-    def is_local(self) -> bool:
-        """A path or a claim, which a pod reads as files (a claim where it is mounted)."""
-        return self.scheme in (Scheme.PATH, Scheme.PVC)
-
-    @property
     def uri(self) -> str:
         """The location written out: a hub id always as hf://org/repo[@revision]; the others as given."""
         if self.scheme is Scheme.HUB:

@@ -9,15 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
-
-
-class Event(NamedTuple):
-    """A Kubernetes Event about the pass's object (a plain `(type, reason, message)` tuple is one too)."""
-
-    type: str
-    reason: str
-    message: str
+from typing import Any
 
 
 @dataclass(frozen=True)

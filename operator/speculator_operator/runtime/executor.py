@@ -18,8 +18,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from speculator_operator.adapters.sources import s3_client
-from speculator_operator.domain.checkpoint.manifest import PROVENANCE
+from speculator_operator.adapters.sources import delete_folder, s3_client
 from speculator_operator.domain.location import Location
 from speculator_operator.planning.writes import Apply, Create, Delete, DeleteFolders, Writes
 from speculator_operator.runtime import kube
@@ -185,15 +184,3 @@ class Executor:
         except (ClientError, BotoCoreError) as exc:
             return FoldersFailed(str(exc))
         return FoldersDeleted(folders.uris)
-
-
-def delete_folder(s3: Any, bucket: str, key_prefix: str) -> None:
-    """Every object under the folder, its provenance record last (a half-deleted folder stays recognisable)."""
-    keys = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{key_prefix}/"):
-        keys += [o["Key"] for o in page.get("Contents", [])]
-    record = f"{key_prefix}/{PROVENANCE}"
-    rest = [k for k in keys if k != record]
-    for i in range(0, len(rest), 1000):
-        s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in rest[i : i + 1000]]})
-    s3.delete_object(Bucket=bucket, Key=record)
