@@ -11,6 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from kubernetes.client.exceptions import ApiException
 
+from speculator_operator.domain.checkpoint.manifest import PROVENANCE
 from speculator_operator.planning.writes import Apply, Create, Delete, DeleteFolders, Writes
 from speculator_operator.runtime import executor as ex
 from speculator_operator.runtime import kube
@@ -165,14 +166,13 @@ class FakeS3:
 
 
 def test_folders_are_deleted_their_provenance_record_last(fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
-    s3 = FakeS3(["out/sha256-a/model.safetensors", "out/sha256-a/speculators-provenance.json", "out/keep/x"])
+    s3 = FakeS3([f"out/sha256-a/{PROVENANCE}", "out/sha256-a/model.safetensors", "out/keep/x"])
     monkeypatch.setattr(ex, "s3_client", lambda creds: s3)
-    monkeypatch.setattr(ex, "PROVENANCE", "speculators-provenance.json")
     run = ex.Executor(BODY, recorder=fake)
     out = run.execute(Writes(folders=DeleteFolders(("s3://b/out/sha256-a",), {"AWS_ACCESS_KEY_ID": "k"}),
                              events=(("Normal", "Pruned", "deleted 1"),)))  # fmt: skip
     assert out.folders == ex.FoldersDeleted(("s3://b/out/sha256-a",))
-    assert s3.deleted == ["out/sha256-a/model.safetensors", "out/sha256-a/speculators-provenance.json"]
+    assert s3.deleted == ["out/sha256-a/model.safetensors", f"out/sha256-a/{PROVENANCE}"]  # the record last
     run.post()
     assert fake.posted == [("Normal", "Pruned", "deleted 1")]
 
