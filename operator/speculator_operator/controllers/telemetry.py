@@ -39,6 +39,7 @@ from speculator_operator.planning.passes import Cause
 from speculator_operator.planning.watched import ready, scrape_target, scraped
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
+from speculator_operator.runtime.inbox import Inbox
 from speculator_operator.telemetry.acceptance import (
     acceptance_status,
     disabled_condition,
@@ -218,7 +219,7 @@ def deployment_gone(namespace: str, name: str, uid: str) -> None:
     forget(namespace, name)
     _windows.pop(uid, None)
     _ready_since.pop(uid, None)
-    _judged.pop((namespace, name), None)
+    _judged.forget((namespace, name))
     _analyses.pop(uid, None)
 
 
@@ -275,22 +276,23 @@ async def scrape_acceptance(body: kopf.Body) -> None:
         _publish(namespace, name, acc)
         cond = effective_condition(acc, generation, tuning.min_samples)
     pending = _judged.get((namespace, name))
-    intervals = (pending.canary if pending is not None else ()) + ((measured,) if measured is not None else ())
-    judged = Judged(acc, cond, refilling, intervals)
+    fresh = (measured,) if measured is not None else ()
+    judged = Judged(acc, cond, refilling, fresh)
     new, _, events = judge(parsed_spec, current, judged, generation, now=datetime.now(UTC))
-    if new is None and not events and not intervals:
+    if new is None and not events and not fresh and (pending is None or not pending.canary):
         return  # nothing material: no pass, no write
     if not periodic.tracking(PLURAL, uid):
         return
-    # the latest judgement replaces one not yet folded in; a canary's intervals not yet folded in are kept
-    _judged[(namespace, name)] = judged
+    # the latest judgement replaces one not yet folded in; a canary's intervals not yet folded in are kept (a pass
+    # that took them meanwhile folded them in: they are not held twice)
+    _judged.update((namespace, name), lambda held: Judged(acc, cond, refilling, (held.canary if held else ()) + fresh))
     DEPLOYMENTS.enqueue(namespace, name, Cause.SCRAPE)
 
 
-_judged: dict[tuple[str, str], Judged] = {}
-metrics.tracked("telemetry.judged", lambda: len(_judged))
+# the latest scrape's judgement per deployment: the scrape job puts (on the event loop), the pass takes
+_judged: Inbox[tuple[str, str], Judged] = Inbox("telemetry.judged")
 
 
 def held(key: tuple[str, str]) -> Judged | None:
     """The judgement held for `key` (taken: the pass that asks folds it in)."""
-    return _judged.pop(key, None)
+    return _judged.take(key)

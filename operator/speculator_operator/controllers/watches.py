@@ -21,8 +21,8 @@ from speculator_operator.planning.passes import READINESS_PRIORITY, Cause
 from speculator_operator.planning.pods import pod_problem
 from speculator_operator.planning.trainjob import resync_due, wakes_owner
 from speculator_operator.render.serving import MANAGED_BY
-from speculator_operator.runtime import metrics
 from speculator_operator.runtime import scheduler as periodic
+from speculator_operator.runtime.inbox import Inbox
 from speculator_operator.runtime.kube import RESYNC_SECONDS
 
 # the serving pods (one index: the serving counts and the acceptance scrape read it) and the scrape loop
@@ -39,8 +39,7 @@ PLURAL, TRAIN_JOBS = deployment.PLURAL, deployment.TRAIN_JOBS
 DEPLOYMENTS.handles(deployment.run_pass)
 periodic.controlled(PLURAL, DEPLOYMENTS)
 
-_polled: dict[str, float] = {}  # uid -> when its inputs were last resolved (monotonic)
-metrics.tracked("deployment.polled", lambda: len(_polled))
+_polled: Inbox[str, float] = Inbox("deployment.polled")  # uid -> when its inputs were last resolved (monotonic)
 
 
 @periodic.every(PLURAL, interval=deployment.POLL_TICK_SECONDS)
@@ -56,7 +55,7 @@ async def poll_inputs(body: kopf.Body) -> None:
     last = _polled.get(uid)
     if last is not None and now - last < parsed.upgrade_policy.poll_interval_seconds:
         return
-    _polled[uid] = now
+    _polled.put(uid, now)
     if last is None:
         return  # the first reconcile has just resolved them
     DEPLOYMENTS.enqueue(namespace, meta["name"], Cause.POLL)
@@ -64,7 +63,7 @@ async def poll_inputs(body: kopf.Body) -> None:
 
 @periodic.on_gone(PLURAL)
 def _forget_deployment(namespace: str, name: str, uid: str) -> None:
-    _polled.pop(uid, None)
+    _polled.forget(uid)
     drift.forget((namespace, name))
     observed.forget((namespace, name))
 
