@@ -6,7 +6,6 @@ controllers/watches.py."""
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -66,7 +65,6 @@ from speculator_operator.runtime.controller import PassStatus
 from speculator_operator.runtime.executor import Created, Executor, Refused, Terminating
 from speculator_operator.runtime.inbox import Inbox
 from speculator_operator.runtime.kube import (
-    RESYNC_SECONDS,
     RETRY_SECONDS,
     CredentialsError,
     current_child,
@@ -77,8 +75,6 @@ from speculator_operator.runtime.workqueue import DONE, Result
 
 PLURAL = "speculatordeployments"
 TRAIN_JOBS = "speculatortrainjobs"
-POLL_TICK_SECONDS = float(os.environ.get("SPECULATOR_POLL_TICK_SECONDS", "10"))
-GROUP_POLL_SECONDS = float(os.environ.get("SPECULATOR_GROUP_POLL_SECONDS", "5"))
 log = logging.getLogger(__name__)
 
 
@@ -454,9 +450,10 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         # an input could not be read, or the apply failed: again later (the status says which and why)
         return Result(after=RETRY_SECONDS, cause=Cause.RETRY)
     if waits_for_group_api(one.status.status):
-        return Result(after=RESYNC_SECONDS, cause=Cause.RETRY)  # the next reconcile asks discovery again
+        # the next reconcile asks discovery again
+        return Result(after=operator_settings.current().resync_seconds, cause=Cause.RETRY)
     if parsed is not None and group_poll_due(parsed, one.status.status):
-        return Result(after=GROUP_POLL_SECONDS, cause=Cause.CHILD)
+        return Result(after=operator_settings.current().group_poll_seconds, cause=Cause.CHILD)
     return DONE
 
 

@@ -4,20 +4,15 @@ planning/judgement.py).
 
 It runs beside the reconciles, never in their way: a periodic job per SpeculatorDeployment on the operator's
 loop (runtime/scheduler.py; not in the thread pool the reconciles use), targets from an in-memory index of
-the serving pods (no API read per scrape), at most SCRAPE_CONCURRENCY requests in flight, each bounded in
-time and bytes. A status write happens only when the numbers change materially, and at most once per interval.
-
-Settings (environment): SPECULATOR_SCRAPE_INTERVAL_SECONDS (15), SPECULATOR_SCRAPE_TIMEOUT_SECONDS (3),
-SPECULATOR_SCRAPE_CONCURRENCY (16), SPECULATOR_SCRAPE_MAX_BYTES (2 MiB), SPECULATOR_SCRAPE_NETWORKS
-(comma-separated CIDRs a target address must lie in; unset: any), SPECULATOR_METRICS_PORT (the
-operator's own /metrics; unset: not served).
+the serving pods (no API read per scrape), at most SPECULATOR_SCRAPE_CONCURRENCY requests in flight, each
+bounded in time and bytes. A status write happens only when the numbers change materially, and at most once per
+interval. Its settings (SPECULATOR_SCRAPE_*): runtime/settings.py, docs/operations/settings.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -39,6 +34,7 @@ from speculator_operator.planning.passes import Cause
 from speculator_operator.planning.watched import ready, scrape_target, scraped
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
+from speculator_operator.runtime import settings as operator_settings
 from speculator_operator.runtime.inbox import Inbox
 from speculator_operator.telemetry.acceptance import (
     acceptance_status,
@@ -51,10 +47,6 @@ from speculator_operator.telemetry.canary import Analysis, Measured, analysis_no
 from speculator_operator.telemetry.vllm_metrics import MetricsError, Window, parse_sample
 
 PLURAL = "speculatordeployments"
-SCRAPE_INTERVAL = float(os.environ.get("SPECULATOR_SCRAPE_INTERVAL_SECONDS", "15"))
-SCRAPE_TIMEOUT = float(os.environ.get("SPECULATOR_SCRAPE_TIMEOUT_SECONDS", "3"))
-SCRAPE_CONCURRENCY = int(os.environ.get("SPECULATOR_SCRAPE_CONCURRENCY", "16"))
-MAX_BYTES = int(os.environ.get("SPECULATOR_SCRAPE_MAX_BYTES", str(2 * 1024 * 1024)))
 
 
 LABELS = ("namespace", "name")
@@ -77,11 +69,12 @@ _session: aiohttp.ClientSession | None = None
 
 def _client() -> tuple[asyncio.Semaphore, aiohttp.ClientSession]:
     global _semaphore, _session
+    concurrency = operator_settings.current().scrape_concurrency
     if _semaphore is None:
-        _semaphore = asyncio.Semaphore(SCRAPE_CONCURRENCY)
+        _semaphore = asyncio.Semaphore(concurrency)
     if _session is None or _session.closed:
         _session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=SCRAPE_CONCURRENCY, force_close=True),
+            connector=aiohttp.TCPConnector(limit=concurrency, force_close=True),
             headers={"Accept": "text/plain;version=0.0.4"},
         )
     return _semaphore, _session
@@ -99,9 +92,11 @@ async def close_session(**_: Any) -> None:
 async def fetch_metrics(url: str) -> str:
     """GET a /metrics body, bounded in time and size; MetricsError says what went wrong."""
     semaphore, session = _client()
+    settings = operator_settings.current()
+    limit = settings.scrape_max_bytes
     async with semaphore:
         try:
-            timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT)
+            timeout = aiohttp.ClientTimeout(total=settings.scrape_timeout_seconds)
             async with session.get(url, timeout=timeout, allow_redirects=False) as resp:
                 if resp.status != 200:
                     SCRAPES.labels("http_error").inc()
@@ -109,12 +104,14 @@ async def fetch_metrics(url: str) -> str:
                 body = bytearray()
                 async for chunk in resp.content.iter_chunked(64 * 1024):
                     body += chunk
-                    if len(body) > MAX_BYTES:
+                    if len(body) > limit:
                         SCRAPES.labels("too_large").inc()
-                        raise MetricsError("TooLarge", f"GET {url}: more than {MAX_BYTES} bytes")
+                        raise MetricsError("TooLarge", f"GET {url}: more than {limit} bytes")
         except TimeoutError:
             SCRAPES.labels("timeout").inc()
-            raise MetricsError("Timeout", f"GET {url}: no complete answer within {SCRAPE_TIMEOUT:g} s") from None
+            raise MetricsError(
+                "Timeout", f"GET {url}: no complete answer within {settings.scrape_timeout_seconds:g} s"
+            ) from None
         except aiohttp.ClientError as exc:
             SCRAPES.labels("unreachable").inc()
             raise MetricsError("Unreachable", f"GET {url}: {exc.__class__.__name__}: {str(exc)[:200]}") from None
@@ -206,7 +203,8 @@ def _analysis(
 ) -> Analysis | None:
     """The interval window of this object's canary now (telemetry/canary.py decides), kept per object."""
     at = stamp(datetime.now(UTC))
-    found = analysis_now(_analyses.get(uid), status, spec, now, at, revisions, SCRAPE_INTERVAL)
+    interval = operator_settings.current().scrape_interval_seconds
+    found = analysis_now(_analyses.get(uid), status, spec, now, at, revisions, interval)
     if found is None:
         _analyses.pop(uid, None)
     else:
@@ -250,7 +248,8 @@ async def scrape_acceptance(body: kopf.Body) -> None:
         targets = [scrape_target(p) for p in found if ready(p) and scraped(p)]
         now = time.monotonic()
         ready_since = _ready_since.setdefault(uid, now) if targets else _ready_since.pop(uid, None)
-        if not first_measure_due(current, bool(targets), ready_since, now, SCRAPE_INTERVAL):
+        interval = operator_settings.current().scrape_interval_seconds
+        if not first_measure_due(current, bool(targets), ready_since, now, interval):
             return  # nothing to say yet (a status write saved per rollout)
         window.keep_only({str(t["pod"]) for t in targets})
         analysis = _analysis(uid, current, parsed_spec, now, {t.get("revision") for t in targets})
