@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from speculator_operator import __version__
 from speculator_operator.adapters.checkpoints import audit, load_verifier_config, read_verifier
@@ -25,6 +25,9 @@ from speculator_operator.domain.priors import pair_load, pair_size, prior
 from speculator_operator.domain.releases import Release, ReleaseError, get_release, release_for, release_row
 from speculator_operator.domain.sweep import device_class
 from speculator_operator.render.serving import RenderError
+
+if TYPE_CHECKING:
+    from speculator_operator.runtime.settings import Settings
 
 
 class UsageError(Exception):
@@ -580,7 +583,8 @@ def _pull_secrets(args: argparse.Namespace) -> tuple[str, ...]:
     """--image-pull-secret, else the operator's own setting (SPECULATOR_IMAGE_PULL_SECRETS), checked alike."""
     from speculator_operator.runtime.settings import PULL_SECRETS_ENV, Settings, SettingsError
 
-    environ = {PULL_SECRETS_ENV: ",".join(args.image_pull_secret)} if args.image_pull_secret else os.environ
+    given = ",".join(args.image_pull_secret) if args.image_pull_secret else os.environ.get(PULL_SECRETS_ENV, "")
+    environ = {PULL_SECRETS_ENV: given}  # this setting alone: the others are the operator process's
     try:
         return Settings.from_env(environ).image_pull_secrets
     except SettingsError as exc:
@@ -739,6 +743,14 @@ def _trainer(args: argparse.Namespace) -> int:
     )
 
 
+def _start_controllers(settings: Settings) -> None:
+    """`run`'s controllers, imported once the process is set up (runtime/entry.py; the import registers their
+    handlers with kopf) and handed the settings it read."""
+    from speculator_operator import controllers
+
+    controllers.start(settings)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -759,7 +771,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             from speculator_operator.runtime.entry import run_operator
 
-            return run_operator(args)
+            return run_operator(args, _start_controllers)
         if args.command == "stage":
             from speculator_operator.pods.stage import stage
 

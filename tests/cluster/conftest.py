@@ -14,6 +14,7 @@ helm beside kubectl and installs the operator's script in the venv) does the sam
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -32,22 +33,30 @@ from kopf.testing import KopfRunner
 from kubernetes import client, config
 
 from speculator_harness import ClusterInfo, LocalCluster, S3Info
-from speculator_operator.domain.releases import DIGESTS_ENV, operator_reference
+from speculator_operator import controllers
+from speculator_operator.domain import images
+from speculator_operator.domain.releases import operator_reference
+from speculator_operator.runtime.settings import Settings
 
 from ..ckptgen import SMALL_QWEN3 as SMALL
 from ..ckptgen import eagle3, write_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
-# the operator runs in-process here: let its verifier-revision timer tick fast (read when it is imported)
-os.environ.setdefault("SPECULATOR_POLL_TICK_SECONDS", "2")
-# and its resync (60 s in a deployment): what only a read can see, such as a Job controller's refusal, comes
-# within 15 s instead of a minute
-os.environ.setdefault("SPECULATOR_RESYNC_SECONDS", "15")
-# and its acceptance scrapes: every second, and only addresses on this machine (the real node's pods, and
-# kwok pods a test placed in 127.0.0.0/8 for a stand-in to answer); kwok's fake pod IPs are never dialled
-os.environ.setdefault("SPECULATOR_SCRAPE_INTERVAL_SECONDS", "1")
-os.environ.setdefault("SPECULATOR_SCRAPE_NETWORKS", "127.0.0.0/8,10.250.0.0/24")
-os.environ.setdefault("SPECULATOR_SCRAPE_TIMEOUT_SECONDS", "1")
+# The operator runs in-process here, with these settings (runtime/settings.py; a variable set in the tests'
+# environment, as hack/dev-cluster's SPECULATOR_SCRAPE_NETWORKS, wins): its verifier-revision timer ticks fast;
+# its resync (60 s in a deployment) comes every 15 s, so that what only a read can see, such as a Job
+# controller's refusal, comes within 15 s instead of a minute; its acceptance scrapes come every second and dial
+# only addresses on this machine (the real node's pods, and kwok pods a test placed in 127.0.0.0/8 for a
+# stand-in to answer): kwok's fake pod IPs are never dialled.
+TEST_SETTINGS = {
+    "SPECULATOR_POLL_TICK_SECONDS": "2",
+    "SPECULATOR_RESYNC_SECONDS": "15",
+    "SPECULATOR_SCRAPE_INTERVAL_SECONDS": "1",
+    "SPECULATOR_SCRAPE_NETWORKS": "127.0.0.0/8,10.250.0.0/24",
+    "SPECULATOR_SCRAPE_TIMEOUT_SECONDS": "1",
+}
+SETTINGS = Settings.from_env({**TEST_SETTINGS, **os.environ})
+controllers.start(SETTINGS)  # every operator a test starts in this process runs with them
 
 
 @dataclass
@@ -217,22 +226,23 @@ def eventually(check: Callable[[], T], timeout: float = 60, interval: float = 0.
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster, operator_crds: list[str]) -> Iterator[KopfRunner]:
     """The operator (both kinds) in-process, watching every namespace; one per test module."""
-    # the kubeconfig, and the digests the harness pushed (the pods it renders run exactly those builds)
-    env = {"KUBECONFIG": str(cluster.kubeconfig)}
+    # the kubeconfig (the kubernetes client's own variable), and the digests the harness pushed (the pods it
+    # renders run exactly those builds)
+    old = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
     if cluster.local is not None and cluster.local.image_digests:
-        env[DIGESTS_ENV] = json.dumps(cluster.local.image_digests, sort_keys=True)
-    old = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
+        controllers.start(dataclasses.replace(SETTINGS, image_digests=dict(cluster.local.image_digests)))
     args = ["run", "--standalone", "--all-namespaces", "-m", "speculator_operator.controllers"]
     try:
         with KopfRunner(args, timeout=60) as runner:
             yield runner
     finally:
-        for name, value in old.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        controllers.start(SETTINGS)
+        images.use(None)  # this process's own renders: as its environment says, as before the operator ran
+        if old is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = old
     assert runner.exception is None, runner.exception
 
 

@@ -9,6 +9,7 @@ process, so `checked` points it at evidence for 2026.12-vllm0.34 that says every
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
-from speculator_operator.domain import qualification
+from speculator_operator.domain import images, qualification
 from speculator_operator.domain.releases import DEFAULT_RELEASE
 
 from ..ckptgen import eagle3, write_checkpoint
@@ -160,7 +161,10 @@ def test_moving_the_operators_default_rolls_nothing_that_runs_and_new_objects_ta
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    monkeypatch.setenv("SPECULATOR_DEFAULT_RELEASE", DEFAULT_RELEASE)  # the in-process operator reads it per pass
+    # the in-process operator's images and default release (read at its start: runtime/settings.py), as a
+    # restart with SPECULATOR_DEFAULT_RELEASE moved would have them
+    started = images.Images(images.repository(), dict(images.digests()), images.default_release())
+    monkeypatch.setattr(images, "_used", dataclasses.replace(started, default_release=DEFAULT_RELEASE))
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("kept", store, "good", creds))  # names none
     # and a P-EAGLE pair: the default's move must not audit it by the new release's rules, which refuse it
     peagle = json.loads(sdep("kept-peagle", store, "good", creds))
@@ -172,7 +176,7 @@ def test_moving_the_operators_default_rolls_nothing_that_runs_and_new_objects_ta
     assert {st["release"] for st in before.values()} == {DEFAULT_RELEASE}
     generations = {n: get(cluster, namespace, f"deployment/{n}")["metadata"]["generation"] for n in before}
 
-    monkeypatch.setenv("SPECULATOR_DEFAULT_RELEASE", checked)  # the default moves
+    monkeypatch.setattr(images, "_used", dataclasses.replace(started, default_release=checked))  # the default moves
     # a pass for each running object: its inputs resolved again on request
     for name in before:
         cluster.kubectl("annotate", "-n", namespace, f"sdep/{name}", "speculators.dev/resolve-requested=after-move")

@@ -38,11 +38,7 @@ LAYER = {
     "cli": 8,
 }
 # (importing module, imported package) edges that point upward today, each with what removes it
-KNOWN_UPWARD = {
-    # the operator's entry registers the kopf handlers by importing them; issue 42's "owners" item hands the
-    # controllers their settings from runtime/entry.py, and removes this edge with it
-    ("runtime/entry.py", "controllers"),
-}
+KNOWN_UPWARD: set[tuple[str, str]] = set()  # none: the CLI hands runtime/entry.py the controllers' start
 
 
 def package_of(path: Path) -> str:

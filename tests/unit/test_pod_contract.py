@@ -14,7 +14,6 @@ import pytest
 from speculator_operator.api import podcontract
 from speculator_operator.api.podcontract import EvaluationOutcome, ExitCode, StageReport
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
-from speculator_operator.controllers import trainjob as trainjob_controller
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning import progress as operator_progress
 from speculator_operator.planning.stagepods import observe_pods
@@ -22,6 +21,7 @@ from speculator_operator.planning.trainjob import Observed, evaluation_of
 from speculator_operator.pods import evaluate, trainer
 from speculator_operator.pods.progress import Tracker
 from speculator_operator.render.training import Inputs, render_all
+from speculator_operator.runtime.settings import Settings
 
 # what each stage's entrypoint reports (trainer.run, fetch, audit, publish, evaluate), with the values it writes
 REPORTS: dict[str, dict[str, Any]] = {
@@ -134,7 +134,7 @@ def test_the_progress_line_reads_back_and_lands_in_the_status() -> None:
 
 
 def test_the_pod_and_the_operator_take_one_progress_interval(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert trainer.PROGRESS_SECONDS == trainjob_controller.PROGRESS_SECONDS == podcontract.PROGRESS_SECONDS_DEFAULT
+    assert trainer.PROGRESS_SECONDS == Settings().progress_seconds == podcontract.PROGRESS_SECONDS_DEFAULT
     monkeypatch.setenv(podcontract.PROGRESS_SECONDS_ENV, "2.5")
     assert podcontract.progress_seconds() == 2.5
     monkeypatch.setenv(podcontract.REPORT_PATH_ENV, "/tmp/x")

@@ -6,7 +6,6 @@ controllers/watches.py."""
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -64,8 +63,8 @@ from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import settings as operator_settings
 from speculator_operator.runtime.controller import PassStatus
 from speculator_operator.runtime.executor import Created, Executor, Refused, Terminating
+from speculator_operator.runtime.inbox import Inbox
 from speculator_operator.runtime.kube import (
-    RESYNC_SECONDS,
     RETRY_SECONDS,
     CredentialsError,
     current_child,
@@ -76,8 +75,6 @@ from speculator_operator.runtime.workqueue import DONE, Result
 
 PLURAL = "speculatordeployments"
 TRAIN_JOBS = "speculatortrainjobs"
-POLL_TICK_SECONDS = float(os.environ.get("SPECULATOR_POLL_TICK_SECONDS", "10"))
-GROUP_POLL_SECONDS = float(os.environ.get("SPECULATOR_GROUP_POLL_SECONDS", "5"))
 log = logging.getLogger(__name__)
 
 
@@ -456,9 +453,10 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         # an input could not be read, or the apply failed: again later (the status says which and why)
         return Result(after=RETRY_SECONDS, cause=Cause.RETRY)
     if waits_for_group_api(one.status.status):
-        return Result(after=RESYNC_SECONDS, cause=Cause.RETRY)  # the next reconcile asks discovery again
+        # the next reconcile asks discovery again
+        return Result(after=operator_settings.current().resync_seconds, cause=Cause.RETRY)
     if parsed is not None and group_poll_due(parsed, one.status.status):
-        return Result(after=GROUP_POLL_SECONDS, cause=Cause.CHILD)
+        return Result(after=operator_settings.current().group_poll_seconds, cause=Cause.CHILD)
     return DONE
 
 
@@ -495,25 +493,26 @@ def resolve_draft_revision(
 
 def offers(key: tuple[str, str]) -> dict[str, tuple[str, str]]:
     """The succeeded train jobs whose spec.deployTo names the deployment `key`, as their watch showed them."""
-    return dict(_offers.get(key) or {})
+    return dict(_offers.get(key) or {})  # a copy: the event loop replaces what is held, never changes it
 
 
 # (namespace, deployment) -> {train job: (completionTime, uri)}: the succeeded train jobs whose spec.deployTo names
-# it, as their watch shows them (the initial listing included, so a restart finds them again)
-_offers: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
+# it, as their watch shows them (the initial listing included, so a restart finds them again); the watch puts,
+# the deployment's pass reads (and leaves them: an offer stands while its train job does)
+_offers: Inbox[tuple[str, str], dict[str, tuple[str, str]]] = Inbox("deployment.offers")
 
 
 def hold_offer(body: kopf.Body, namespace: str, type_: str | None) -> tuple[str, str] | None:
     """Keep (or drop) the offer a train job's event shows (planning/handover.offer_of): the (deployment, uri) it
     offers, or None."""
     job = str((body.get("metadata") or {}).get("name") or "")
-    for held in _offers.values():
-        held.pop(job, None)  # what it offered before (it may name another deployment now)
+    # what it offered before goes (it may name another deployment now)
+    _offers.update_all(lambda _, held: ({k: v for k, v in held.items() if k != job} or None) if job in held else held)
     offer = None if type_ == "DELETED" else offer_of(body)
     if offer is None:
         return None
     target, _, completed, uri = offer
-    _offers.setdefault((namespace, target), {})[job] = (completed, uri)
+    _offers.update((namespace, target), lambda held: {**(held or {}), job: (completed, uri)})
     return target, uri
 
 

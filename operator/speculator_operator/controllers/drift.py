@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from speculator_operator.planning.drift import edited_by, fingerprint, taken_from
 from speculator_operator.runtime import metrics
+from speculator_operator.runtime.inbox import Inbox
 from speculator_operator.runtime.kube import FIELD_MANAGER, Applied, read_child
 
 Ref = tuple[str, str]  # (kind, name): how a pass's children are keyed
@@ -20,9 +21,9 @@ Drift = tuple[str, str, str, str, str]  # (apiVersion, kind, namespace, name, ev
 # children whose other managers own only what the operator does not set: {uid: planning.drift.fingerprint}
 _theirs: dict[str, str] = {}
 metrics.tracked("deployment.drift", lambda: len(_theirs))
-# children that may have been changed by hand, per owner, held for its next pass
-_held: dict[tuple[str, str], list[Drift]] = {}
-metrics.tracked("deployment.drifts", lambda: len(_held))
+# children that may have been changed by hand, per owner, held for its next pass: the event loop puts, the pass
+# takes on a work queue's thread
+_held: Inbox[tuple[str, str], list[Drift]] = Inbox("deployment.drifts")
 
 
 class Restoring(NamedTuple):
@@ -41,19 +42,17 @@ def hold(body: Mapping[str, Any], namespace: str, owner: str, type: str) -> bool
         return False
     drift = (str(body.get("apiVersion") or ""), str(body.get("kind") or "child"), namespace, str(meta.get("name")),
              type)  # fmt: skip
-    held = _held.setdefault((namespace, owner), [])
-    if drift not in held:
-        held.append(drift)
+    _held.update((namespace, owner), lambda held: held if held and drift in held else [*(held or ()), drift])
     return True
 
 
 def take(key: tuple[str, str]) -> list[Drift]:
     """The drifts held for an owner, handed to its pass (and no longer held)."""
-    return _held.pop(key, [])
+    return _held.take(key) or []
 
 
 def forget(key: tuple[str, str]) -> None:
-    _held.pop(key, None)
+    _held.forget(key)
 
 
 def clear() -> None:

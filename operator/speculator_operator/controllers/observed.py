@@ -20,6 +20,7 @@ from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
 from speculator_operator.planning.watched import ServingInputs, serving_inputs, trimmed_child, trimmed_pod
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import metrics
+from speculator_operator.runtime.inbox import Inbox
 
 Key = tuple[str, str]  # the owner's (namespace, name)
 
@@ -54,8 +55,8 @@ def pods(kwargs: Mapping[str, Any], key: Key) -> list[dict[str, Any]]:
 _inputs: dict[str, ServingInputs] = {}  # child uid -> what serving_status read of it at its last event or apply
 _lock = threading.Lock()  # the event loop and the passes' apply both set it
 metrics.tracked("deployment.children", lambda: len(_inputs))
-_held: dict[Key, Seen] = {}
-metrics.tracked("deployment.seen", lambda: len(_held))
+# what the watches showed since the owner's last pass: the event loop puts, the pass takes on its thread
+_held: Inbox[Key, Seen] = Inbox("deployment.seen")
 
 
 class Moved(IntEnum):
@@ -95,17 +96,19 @@ def applied(child: Mapping[str, Any]) -> None:
 
 def hold(key: Key, pods: Iterable[dict[str, Any]], child: Mapping[str, Any] | None = None) -> None:
     """Hold the pods as watched now and, given one, the child (else the child held before, if any)."""
-    before = _held.get(key)
-    kept = trimmed_child(child) if child is not None else (before.child if before is not None else None)
-    _held[key] = Seen(kept, list(pods))
+    trimmed = trimmed_child(child) if child is not None else None
+    watched = list(pods)
+    _held.update(
+        key, lambda before: Seen(trimmed if child is not None else (before.child if before else None), watched)
+    )
 
 
 def take(key: Key) -> Seen | None:
-    return _held.pop(key, None)
+    return _held.take(key)
 
 
 def forget(key: Key) -> None:
-    _held.pop(key, None)
+    _held.forget(key)
 
 
 def clear() -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from speculator_operator.planning.passes import DEPLOYMENT_QUICK, TRAINJOB_QUICK
 from speculator_operator.runtime.controller import Controller
-from speculator_operator.runtime.kube import HANDLER_WORKERS, QUICK_WORKERS, TRAINJOB_QUICK_WORKERS
 
-DEPLOYMENTS = Controller("SpeculatorDeployment", HANDLER_WORKERS, DEPLOYMENT_QUICK, QUICK_WORKERS)
-TRAINJOBS = Controller("SpeculatorTrainJob", HANDLER_WORKERS, TRAINJOB_QUICK, TRAINJOB_QUICK_WORKERS)
+# their pools come from the settings the operator starts with (runtime/settings.py)
+DEPLOYMENTS = Controller("SpeculatorDeployment", quick=DEPLOYMENT_QUICK, pools=lambda s: (s.workers, s.quick_workers))
+TRAINJOBS = Controller(
+    "SpeculatorTrainJob", quick=TRAINJOB_QUICK, pools=lambda s: (s.workers, s.trainjob_quick_workers)
+)

@@ -4,20 +4,15 @@ planning/judgement.py).
 
 It runs beside the reconciles, never in their way: a periodic job per SpeculatorDeployment on the operator's
 loop (runtime/scheduler.py; not in the thread pool the reconciles use), targets from an in-memory index of
-the serving pods (no API read per scrape), at most SCRAPE_CONCURRENCY requests in flight, each bounded in
-time and bytes. A status write happens only when the numbers change materially, and at most once per interval.
-
-Settings (environment): SPECULATOR_SCRAPE_INTERVAL_SECONDS (15), SPECULATOR_SCRAPE_TIMEOUT_SECONDS (3),
-SPECULATOR_SCRAPE_CONCURRENCY (16), SPECULATOR_SCRAPE_MAX_BYTES (2 MiB), SPECULATOR_SCRAPE_NETWORKS
-(comma-separated CIDRs a target address must lie in; unset: any), SPECULATOR_METRICS_PORT (the
-operator's own /metrics; unset: not served).
+the serving pods (no API read per scrape), at most SPECULATOR_SCRAPE_CONCURRENCY requests in flight, each
+bounded in time and bytes. A status write happens only when the numbers change materially, and at most once per
+interval. Its settings (SPECULATOR_SCRAPE_*): runtime/settings.py, docs/operations/settings.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -39,6 +34,8 @@ from speculator_operator.planning.passes import Cause
 from speculator_operator.planning.watched import ready, scrape_target, scraped
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
+from speculator_operator.runtime import settings as operator_settings
+from speculator_operator.runtime.inbox import Inbox
 from speculator_operator.telemetry.acceptance import (
     acceptance_status,
     disabled_condition,
@@ -50,10 +47,6 @@ from speculator_operator.telemetry.canary import Analysis, Measured, analysis_no
 from speculator_operator.telemetry.vllm_metrics import MetricsError, Window, parse_sample
 
 PLURAL = "speculatordeployments"
-SCRAPE_INTERVAL = float(os.environ.get("SPECULATOR_SCRAPE_INTERVAL_SECONDS", "15"))
-SCRAPE_TIMEOUT = float(os.environ.get("SPECULATOR_SCRAPE_TIMEOUT_SECONDS", "3"))
-SCRAPE_CONCURRENCY = int(os.environ.get("SPECULATOR_SCRAPE_CONCURRENCY", "16"))
-MAX_BYTES = int(os.environ.get("SPECULATOR_SCRAPE_MAX_BYTES", str(2 * 1024 * 1024)))
 
 
 LABELS = ("namespace", "name")
@@ -76,11 +69,12 @@ _session: aiohttp.ClientSession | None = None
 
 def _client() -> tuple[asyncio.Semaphore, aiohttp.ClientSession]:
     global _semaphore, _session
+    concurrency = operator_settings.current().scrape_concurrency
     if _semaphore is None:
-        _semaphore = asyncio.Semaphore(SCRAPE_CONCURRENCY)
+        _semaphore = asyncio.Semaphore(concurrency)
     if _session is None or _session.closed:
         _session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=SCRAPE_CONCURRENCY, force_close=True),
+            connector=aiohttp.TCPConnector(limit=concurrency, force_close=True),
             headers={"Accept": "text/plain;version=0.0.4"},
         )
     return _semaphore, _session
@@ -98,9 +92,11 @@ async def close_session(**_: Any) -> None:
 async def fetch_metrics(url: str) -> str:
     """GET a /metrics body, bounded in time and size; MetricsError says what went wrong."""
     semaphore, session = _client()
+    settings = operator_settings.current()
+    limit = settings.scrape_max_bytes
     async with semaphore:
         try:
-            timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT)
+            timeout = aiohttp.ClientTimeout(total=settings.scrape_timeout_seconds)
             async with session.get(url, timeout=timeout, allow_redirects=False) as resp:
                 if resp.status != 200:
                     SCRAPES.labels("http_error").inc()
@@ -108,12 +104,14 @@ async def fetch_metrics(url: str) -> str:
                 body = bytearray()
                 async for chunk in resp.content.iter_chunked(64 * 1024):
                     body += chunk
-                    if len(body) > MAX_BYTES:
+                    if len(body) > limit:
                         SCRAPES.labels("too_large").inc()
-                        raise MetricsError("TooLarge", f"GET {url}: more than {MAX_BYTES} bytes")
+                        raise MetricsError("TooLarge", f"GET {url}: more than {limit} bytes")
         except TimeoutError:
             SCRAPES.labels("timeout").inc()
-            raise MetricsError("Timeout", f"GET {url}: no complete answer within {SCRAPE_TIMEOUT:g} s") from None
+            raise MetricsError(
+                "Timeout", f"GET {url}: no complete answer within {settings.scrape_timeout_seconds:g} s"
+            ) from None
         except aiohttp.ClientError as exc:
             SCRAPES.labels("unreachable").inc()
             raise MetricsError("Unreachable", f"GET {url}: {exc.__class__.__name__}: {str(exc)[:200]}") from None
@@ -205,7 +203,8 @@ def _analysis(
 ) -> Analysis | None:
     """The interval window of this object's canary now (telemetry/canary.py decides), kept per object."""
     at = stamp(datetime.now(UTC))
-    found = analysis_now(_analyses.get(uid), status, spec, now, at, revisions, SCRAPE_INTERVAL)
+    interval = operator_settings.current().scrape_interval_seconds
+    found = analysis_now(_analyses.get(uid), status, spec, now, at, revisions, interval)
     if found is None:
         _analyses.pop(uid, None)
     else:
@@ -218,7 +217,7 @@ def deployment_gone(namespace: str, name: str, uid: str) -> None:
     forget(namespace, name)
     _windows.pop(uid, None)
     _ready_since.pop(uid, None)
-    _judged.pop((namespace, name), None)
+    _judged.forget((namespace, name))
     _analyses.pop(uid, None)
 
 
@@ -249,7 +248,8 @@ async def scrape_acceptance(body: kopf.Body) -> None:
         targets = [scrape_target(p) for p in found if ready(p) and scraped(p)]
         now = time.monotonic()
         ready_since = _ready_since.setdefault(uid, now) if targets else _ready_since.pop(uid, None)
-        if not first_measure_due(current, bool(targets), ready_since, now, SCRAPE_INTERVAL):
+        interval = operator_settings.current().scrape_interval_seconds
+        if not first_measure_due(current, bool(targets), ready_since, now, interval):
             return  # nothing to say yet (a status write saved per rollout)
         window.keep_only({str(t["pod"]) for t in targets})
         analysis = _analysis(uid, current, parsed_spec, now, {t.get("revision") for t in targets})
@@ -275,22 +275,23 @@ async def scrape_acceptance(body: kopf.Body) -> None:
         _publish(namespace, name, acc)
         cond = effective_condition(acc, generation, tuning.min_samples)
     pending = _judged.get((namespace, name))
-    intervals = (pending.canary if pending is not None else ()) + ((measured,) if measured is not None else ())
-    judged = Judged(acc, cond, refilling, intervals)
+    fresh = (measured,) if measured is not None else ()
+    judged = Judged(acc, cond, refilling, fresh)
     new, _, events = judge(parsed_spec, current, judged, generation, now=datetime.now(UTC))
-    if new is None and not events and not intervals:
+    if new is None and not events and not fresh and (pending is None or not pending.canary):
         return  # nothing material: no pass, no write
     if not periodic.tracking(PLURAL, uid):
         return
-    # the latest judgement replaces one not yet folded in; a canary's intervals not yet folded in are kept
-    _judged[(namespace, name)] = judged
+    # the latest judgement replaces one not yet folded in; a canary's intervals not yet folded in are kept (a pass
+    # that took them meanwhile folded them in: they are not held twice)
+    _judged.update((namespace, name), lambda held: Judged(acc, cond, refilling, (held.canary if held else ()) + fresh))
     DEPLOYMENTS.enqueue(namespace, name, Cause.SCRAPE)
 
 
-_judged: dict[tuple[str, str], Judged] = {}
-metrics.tracked("telemetry.judged", lambda: len(_judged))
+# the latest scrape's judgement per deployment: the scrape job puts (on the event loop), the pass takes
+_judged: Inbox[tuple[str, str], Judged] = Inbox("telemetry.judged")
 
 
 def held(key: tuple[str, str]) -> Judged | None:
     """The judgement held for `key` (taken: the pass that asks folds it in)."""
-    return _judged.pop(key, None)
+    return _judged.take(key)

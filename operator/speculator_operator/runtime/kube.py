@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import ipaddress
 import json
 import logging
 import math
@@ -26,15 +25,11 @@ from kubernetes.dynamic.resource import Resource
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.api.labels import APPLIED_ANNOTATION
 from speculator_operator.planning import merge_patch
-from speculator_operator.runtime import metrics
+from speculator_operator.runtime import metrics, settings
 
 APPLIED = APPLIED_ANNOTATION
 FIELD_MANAGER = "speculator-operator"
 RETRY_SECONDS = 30
-# how often each object is compared with its children although no event came (controller-runtime's SyncPeriod):
-# a missed event, or what only a read can see (a Job controller's FailedCreate event), is caught by then; the
-# first comparison waits until the object has been still for half of it
-RESYNC_SECONDS = float(os.environ.get("SPECULATOR_RESYNC_SECONDS", "60"))
 KINDS = {"speculatordeployments": "SpeculatorDeployment", "speculatortrainjobs": "SpeculatorTrainJob"}
 log = logging.getLogger(__name__)
 
@@ -46,21 +41,6 @@ def load_config() -> None:
         kube_config.load_incluster_config()
     except kube_config.ConfigException:
         kube_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
-
-
-# Threads per kind's work queue (runtime/controller.py), where the passes run: they wait on the API server and S3
-# more than on the CPU. At 1,000 resources 16 threads and 32 gave the same figures; a burst of train jobs
-# reaches its first Job sooner with 32 (their reconciles wait on S3).
-HANDLER_WORKERS = int(os.environ.get("SPECULATOR_WORKERS", "32"))
-# Workers per queue that take only quick passes (a child ready, a stage Job done): a burst of audits never
-# holds them. Sized per kind (docs/performance/README.md): at 1,000 new SpeculatorDeployments 8 were busy most of
-# the time and a child's readiness waited for one in bursts; 16 took as long per pass and cut those waits. At 100
-# train jobs a stage's pass waited 2 ms for one of 8, and 16 only ran more passes against the API server at once
-# (stage -> next stage p95 0.30 s with 8, about 0.5 s with 16).
-QUICK_WORKERS = int(os.environ.get("SPECULATOR_QUICK_WORKERS", "16"))
-TRAINJOB_QUICK_WORKERS = int(os.environ.get("SPECULATOR_TRAINJOB_QUICK_WORKERS", "8"))
-# periodic work (resyncs, input polls, retries: runtime/scheduler.py) has a pool of its own too
-PERIODIC_WORKERS = int(os.environ.get("SPECULATOR_PERIODIC_WORKERS", "4"))
 
 
 def unreachable(exc: BaseException) -> str | None:
@@ -93,8 +73,9 @@ def api() -> client.ApiClient:
     with a connection for each thread that may call at once (urllib3's default of 10 would close and
     reopen TLS connections all through a burst)."""
     configuration = client.Configuration.get_default_copy()
-    queues = 2 * HANDLER_WORKERS + QUICK_WORKERS + TRAINJOB_QUICK_WORKERS  # both kinds' work queues
-    configuration.connection_pool_maxsize = queues + PERIODIC_WORKERS + 8
+    pools = settings.current()
+    queues = 2 * pools.workers + pools.quick_workers + pools.trainjob_quick_workers  # both kinds' work queues
+    configuration.connection_pool_maxsize = queues + pools.periodic_workers + 8
     return client.ApiClient(configuration)
 
 
@@ -233,25 +214,9 @@ def patch_custom(plural: str, namespace: str, name: str, patch: dict[str, Any], 
 LOG_TIMEOUT = 10.0  # seconds for a stage pod's log tail: a node that does not answer costs one lane this long
 
 
-def _networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    raw = os.environ.get("SPECULATOR_SCRAPE_NETWORKS", "")
-    return [ipaddress.ip_network(n.strip(), strict=False) for n in raw.split(",") if n.strip()]
-
-
-NETWORKS = _networks()
-
-
 def dialable(ip: str) -> bool:
-    """An address that may be dialled for the operator: a serving pod it scrapes, or a stage pod's node,
-    which the API server dials for its log. SPECULATOR_SCRAPE_NETWORKS (comma-separated CIDRs; unset: any)
-    keeps out addresses that are data only, such as kwok's fake pods and nodes."""
-    if not NETWORKS:
-        return True
-    try:
-        address = ipaddress.ip_address(ip)
-    except ValueError:
-        return False
-    return any(address in net for net in NETWORKS)
+    """An address that may be dialled for the operator (runtime/settings.Settings.dialable)."""
+    return settings.current().dialable(ip)
 
 
 def pod_log(namespace: str, name: str, container: str, tail_lines: int = 400, limit_bytes: int = 256 * 1024) -> str:

@@ -5,7 +5,6 @@ rule, train-job stage durations by stage and outcome."""
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import threading
 import time
@@ -124,20 +123,18 @@ _serving = threading.Lock()
 _served = False
 
 
-def serve() -> None:
-    """Serve /metrics on SPECULATOR_METRICS_PORT (on SPECULATOR_METRICS_ADDRESS, or every address: in a pod,
-    its own), once per process: a standby serves it too, so that every replica behind the metrics Service
-    answers its scrape."""
+def serve(port: int | None, address: str | None = None) -> None:
+    """Serve /metrics on `port` (SPECULATOR_METRICS_PORT; None: not served) and `address`
+    (SPECULATOR_METRICS_ADDRESS; None: every address, in a pod its own), once per process: a standby serves it
+    too, so that every replica behind the metrics Service answers its scrape."""
     global _served
-    port = os.environ.get("SPECULATOR_METRICS_PORT")
     with _serving:
         if _served or not port:
             return
-        address = os.environ.get("SPECULATOR_METRICS_ADDRESS")
         if address:
-            prometheus_client.start_http_server(int(port), addr=address)
+            prometheus_client.start_http_server(port, addr=address)
         else:
-            prometheus_client.start_http_server(int(port))
+            prometheus_client.start_http_server(port)
         _served = True
 
 

@@ -220,12 +220,12 @@ def report() -> str:
     return "\n".join(lines) + "\n"
 
 
-def install() -> None:
-    """Start tracing when SPECULATOR_PROFILE names a file; SIGUSR1 then writes the report there."""
-    path = os.environ.get("SPECULATOR_PROFILE")
+def install(path: str | None, mode: str = "trace") -> None:
+    """Start tracing when `path` (SPECULATOR_PROFILE) names a file; SIGUSR1 then writes the report there. `mode`
+    (SPECULATOR_PROFILE_MODE) "census" counts live objects only, without tracemalloc's cost."""
     if not path:
         return
-    if os.environ.get("SPECULATOR_PROFILE_MODE", "trace") != "census":
+    if mode != "census":
         tracemalloc.start(6)
         _peak.start()
 

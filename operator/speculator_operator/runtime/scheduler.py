@@ -35,24 +35,28 @@ import kopf
 from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.planning.passes import Cause
 from speculator_operator.runtime import metrics
+from speculator_operator.runtime import settings as operator_settings
 from speculator_operator.runtime.controller import Controller
 from speculator_operator.runtime.events import EventRecorder
-from speculator_operator.runtime.kube import PERIODIC_WORKERS, unreachable, waited
+from speculator_operator.runtime.kube import unreachable, waited
 from speculator_operator.runtime.schedule import Every, Generations
+from speculator_operator.runtime.settings import Settings
 
 TICK_SECONDS = 1.0
-PERIODIC_LANE = ThreadPoolExecutor(max_workers=PERIODIC_WORKERS, thread_name_prefix="periodic")
 log = logging.getLogger(__name__)
 
 Job = Callable[[kopf.Body], Awaitable[None]]
+# a job's timing: seconds, or what the settings the operator starts with say (read when it starts)
+Seconds = float | Callable[[Settings], float]
 
 
 @dataclass
 class _Periodic:
     plural: str
     name: str
-    every: Every
+    timing: Callable[[Settings], Every]
     fn: Job
+    every: Every  # as timed by the settings the operator started with (the defaults until it starts)
 
 
 @dataclass
@@ -78,6 +82,7 @@ _running: set[tuple[str, str]] = set()
 _tasks: set[asyncio.Task[None]] = set()
 _task: asyncio.Task[None] | None = None
 _recorder: EventRecorder | None = None  # the operator's events, from start-up to clean-up (runtime/events.py)
+_lane: ThreadPoolExecutor | None = None  # the periodic jobs' slow reads, sized when the operator starts
 metrics.tracked("periodic.objects", lambda: sum(len(seen) for seen in list(_objects.values())))
 metrics.tracked(
     "periodic.generations", lambda: sum(len(g.handled) + len(g.failed) for g in list(_generations.values()))
@@ -85,12 +90,22 @@ metrics.tracked(
 metrics.tracked("periodic.schedules", lambda: sum(len(job.every.next_at) for job in _jobs))
 
 
-def every(plural: str, *, interval: float, initial: float | None = None, idle: float = 0.0) -> Callable[[Job], Job]:
-    """Run the decorated `async fn(body)` for every object of `plural` (kopf's timer semantics)."""
+def every(
+    plural: str, *, interval: Seconds, initial: Seconds | None = None, idle: Seconds = 0.0
+) -> Callable[[Job], Job]:
+    """Run the decorated `async fn(body)` for every object of `plural` (kopf's timer semantics); each time given
+    as seconds or as what the operator's settings say (read when it starts)."""
+
+    def seconds(value: Seconds, settings: Settings) -> float:
+        return value(settings) if callable(value) else value
+
+    def timing(settings: Settings) -> Every:
+        first = None if initial is None else seconds(initial, settings)
+        return Every(seconds(interval, settings), first, seconds(idle, settings))
 
     def register(fn: Job) -> Job:
         _track(plural)
-        _jobs.append(_Periodic(plural, fn.__name__, Every(interval, initial, idle), fn))
+        _jobs.append(_Periodic(plural, fn.__name__, timing, fn, timing(Settings())))
         return fn
 
     return register
@@ -183,7 +198,10 @@ def latest(plural: str, uid: str) -> kopf.Body | None:
 
 async def in_lane(fn: Callable[..., Any], *args: Any) -> Any:
     """Run `fn(*args)` in the periodic pool."""
-    return await asyncio.get_running_loop().run_in_executor(PERIODIC_LANE, waited("periodic", fn), *args)
+    global _lane
+    if _lane is None:  # a job run outside a started operator (a test)
+        _lane = ThreadPoolExecutor(max_workers=Settings().periodic_workers, thread_name_prefix="periodic")
+    return await asyncio.get_running_loop().run_in_executor(_lane, waited("periodic", fn), *args)
 
 
 def _start() -> None:
@@ -196,22 +214,27 @@ def _start() -> None:
 def reset(settings: kopf.OperatorSettings, **_: Any) -> None:
     """A fresh start: every object is reconciled again when seen, as kopf's resume did (an operator
     restarted in the same process, as the tests do, starts from nothing as well). The controllers are handed
-    the recorder their passes post their events through."""
-    global _task, _recorder
+    the recorder their passes post their events through; the periodic lane, the jobs' timing and the work
+    queues' pools come from the settings it starts with."""
+    global _task, _recorder, _lane
     _task = None
+    started = operator_settings.at_start()
+    if _lane is not None:
+        _lane.shutdown(wait=False)
+    _lane = ThreadPoolExecutor(max_workers=started.periodic_workers, thread_name_prefix="periodic")
     for objects in _objects.values():
         objects.clear()
     for generations in _generations.values():
         generations.handled.clear()
         generations.failed.clear()
     for job in _jobs:
-        job.every.next_at.clear()
+        job.every = job.timing(started)
     _running.clear()
     if _recorder is not None:
         _recorder.close()
     _recorder = EventRecorder()
     for controller in _controllers.values():
-        controller.start(_recorder)
+        controller.start(_recorder, started)
 
 
 @kopf.on.cleanup()
