@@ -114,6 +114,20 @@ def test_a_refused_apply_says_the_apis_answer_and_stops_the_rest(fake: Fake) -> 
     assert fake.posted == []  # the plan's events are not said
 
 
+def test_a_restoration_that_keeps_meeting_a_moved_child_is_moved_not_refused(fake: Fake) -> None:
+    """A 409 to an apply made against each child's resourceVersion (a restoration) is a conflict: `Moved`, which
+    the pass requeues; the same answer to an ordinary apply (which never carries one) stays a refusal."""
+    fake.apply_error = refusal(409, "Conflict", "the object has been modified")
+    out = ex.Executor(BODY, recorder=fake).execute(
+        Writes(apply=Apply([CHILD], force=True), deletes=(Delete("v1", "Service", "x"),))
+    )
+    assert out.apply == ex.Moved("the object has been modified")
+    assert out.stopped
+    assert [c[0] for c in fake.calls] == ["apply"]  # nothing deleted after it
+    plain = ex.Executor(BODY, recorder=fake).execute(Writes(apply=Apply([CHILD])))
+    assert isinstance(plain.apply, ex.Refused)
+
+
 def test_an_apply_into_a_namespace_being_deleted_is_terminating(fake: Fake) -> None:
     fake.apply_error = refusal(403, "Forbidden", "namespace is being terminated",
                                [{"reason": "NamespaceTerminating"}])  # fmt: skip

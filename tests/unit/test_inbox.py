@@ -60,6 +60,21 @@ def test_no_drift_is_lost_between_the_event_loop_and_a_pass(switching: None) -> 
     assert set(names) == {f"child-{i}" for i in range(HOLDS)}
 
 
+def test_drifts_a_restoration_could_not_apply_are_held_again_ahead_of_newer_ones() -> None:
+    drift.clear()
+    try:
+        assert drift.hold(_edited("a"), "ns", "owner", "MODIFIED")
+        first = drift.take(OWNER)
+        assert drift.hold(_edited("b"), "ns", "owner", "MODIFIED")  # arrived while the pass ran
+        assert drift.hold(_edited("a"), "ns", "owner", "MODIFIED")  # and "a" again
+        drift.keep(OWNER, first)  # its apply met a moved child (runtime/executor.Moved)
+        assert [name for _, _, _, name, _ in drift.take(OWNER)] == ["a", "b"]  # each once, the kept first
+        drift.keep(OWNER, [])
+        assert drift.take(OWNER) == []
+    finally:
+        drift.clear()
+
+
 def test_an_inbox_holds_per_key_until_taken_forgotten_or_cleared() -> None:
     from speculator_operator.runtime.inbox import Inbox
     from speculator_operator.runtime.metrics import _tables

@@ -62,7 +62,7 @@ from speculator_operator.render.serving import group_name, workload_kind, worklo
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import settings as operator_settings
 from speculator_operator.runtime.controller import PassStatus
-from speculator_operator.runtime.executor import Created, Executor, Refused, Terminating
+from speculator_operator.runtime.executor import Created, Executor, Moved, Refused, Terminating
 from speculator_operator.runtime.inbox import Inbox
 from speculator_operator.runtime.kube import (
     RETRY_SECONDS,
@@ -231,6 +231,7 @@ class _Pass:
         )
         self.reconciled: Plan | None = None
         self.retry = False
+        self.moved = False  # a restoration met children that kept moving: run again soon, restoring then
 
     def reconcile(self, cause: str, restoring: drift.Restoring | None = None) -> Plan:
         """Observe, plan, execute (the children applied, then what the plan deletes): the whole reconcile, the
@@ -266,6 +267,11 @@ class _Pass:
             apply = Apply(p.children, force=restoring is not None, known=known)
             outcome = self.executor.execute(Writes(apply=apply))
             if isinstance(outcome.apply, Terminating):
+                return p
+            if isinstance(outcome.apply, Moved):
+                log.info("%s/%s: a child moved under its restoration (%s); again soon", self.namespace, self.name,
+                         outcome.apply.answer)  # fmt: skip
+                self.moved = True
                 return p
             if isinstance(outcome.apply, Refused):
                 message = outcome.apply.message
@@ -449,6 +455,9 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         one.status.set(requests.acted(one.status.status, asked), Cause.REQUEST)
     one.status.write(ORDER)
     one.executor.post()
+    if one.moved:
+        drift.keep(key, drifts)  # the next pass restores them
+        return Result(retry=True)  # a conflict: requeued with the key's back-off, not a failure
     if one.retry or (one.reconciled is not None and one.status.status.phase == "Pending"):
         # an input could not be read, or the apply failed: again later (the status says which and why)
         return Result(after=RETRY_SECONDS, cause=Cause.RETRY)

@@ -51,6 +51,13 @@ def take(key: tuple[str, str]) -> list[Drift]:
     return _held.take(key) or []
 
 
+def keep(key: tuple[str, str], drifts: list[Drift]) -> None:
+    """Hold `drifts` again for the owner's next pass (its restoration did not go through: a child kept moving),
+    ahead of any held since."""
+    if drifts:
+        _held.update(key, lambda held: [*drifts, *(d for d in held or () if d not in drifts)])
+
+
 def forget(key: tuple[str, str]) -> None:
     _held.forget(key)
 

@@ -48,6 +48,15 @@ class Refused:
 
 
 @dataclass(frozen=True)
+class Moved:
+    """A restoration's apply (each child applied against the object it read) kept meeting a child that moved
+    between its read and its apply (409: a status written, an edit landing): not a failure, the pass is run
+    again soon (as controller-runtime requeues a conflict) and restores then."""
+
+    answer: str
+
+
+@dataclass(frozen=True)
 class Terminating:
     """The apply was refused because the namespace is being deleted."""
 
@@ -90,7 +99,7 @@ class FoldersFailed:
 class Outcome:
     """What one plan's writes came to."""
 
-    apply: Applied | Refused | Terminating | None = None
+    apply: Applied | Refused | Moved | Terminating | None = None
     deleted: list[Deleted | NotFound] = field(default_factory=list)
     created: list[Created | Conflict] = field(default_factory=list)
     folders: FoldersDeleted | FoldersFailed | None = None
@@ -98,7 +107,7 @@ class Outcome:
     @property
     def stopped(self) -> bool:
         """Whether a write did not go through (and so the writes after it, and the plan's events, did not)."""
-        return isinstance(self.apply, Refused | Terminating) or isinstance(self.folders, FoldersFailed)
+        return isinstance(self.apply, Refused | Moved | Terminating) or isinstance(self.folders, FoldersFailed)
 
     @property
     def applied(self) -> Mapping[tuple[str, str], kube.Applied]:
@@ -149,7 +158,7 @@ class Executor:
             self.recorder.event(self.body, type=type_, reason=reason, message=message[:1024])
         self.events.clear()
 
-    def _apply(self, apply: Apply) -> Applied | Refused | Terminating:
+    def _apply(self, apply: Apply) -> Applied | Refused | Moved | Terminating:
         try:
             if self.applying is not None:
                 self.applying(self.namespace, self.name)
@@ -158,6 +167,8 @@ class Executor:
             if kube.namespace_terminating(exc):
                 log.info("%s/%s: not applied, the namespace is being deleted", self.namespace, self.name)
                 return Terminating()
+            if apply.force and exc.status == 409:
+                return Moved(kube.api_message(exc))
             return Refused(exc.status, exc.reason, kube.api_message(exc))
 
     def _delete(self, ref: Delete) -> Deleted | NotFound:
