@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.ckptgen import dflash, eagle3, write_checkpoint
 
 from speculator_harness import LocalCluster
-from speculator_operator.domain.checkpoint import audit, load_checkpoint
+from speculator_operator.adapters.checkpoints import audit, load_checkpoint
 
 BIG_VERIFIER = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 8192, "num_hidden_layers": 64,

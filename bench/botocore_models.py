@@ -24,7 +24,7 @@ def rss():
                 if l.startswith("VmRSS:"))
 
 import boto3, botocore.session
-from speculator_operator.domain.checkpoint import sources
+from speculator_operator.adapters import sources
 gc.collect()
 before_rss = rss()
 tracemalloc.start()

@@ -15,17 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from speculator_operator import __version__
+from speculator_operator.adapters.checkpoints import audit, load_verifier_config, read_verifier
 from speculator_operator.api.common import GROUP as API_GROUP
 from speculator_operator.commands import releases as releases_command
 from speculator_operator.domain.algorithms import Algorithm
-from speculator_operator.domain.checkpoint import (
-    AuditReport,
-    CheckpointError,
-    VerifierRef,
-    audit,
-    load_verifier_config,
-    read_verifier,
-)
+from speculator_operator.domain.checkpoint import AuditReport, CheckpointError, VerifierRef
 from speculator_operator.domain.economics import break_even_alpha, draft_forwards
 from speculator_operator.domain.priors import pair_load, pair_size, prior
 from speculator_operator.domain.releases import Release, ReleaseError, get_release, release_for, release_row

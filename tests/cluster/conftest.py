@@ -6,7 +6,9 @@ kwok, and one real node where this machine can run it) is started from the binar
 and the images of hack/build-images. One namespace per test.
 
 SPECULATOR_REQUIRE_NODE=1 (hack/test sets it where it could build the images: root, apt) makes a real
-node that cannot start a failure instead of a reason for the node tests to skip.
+node that cannot start a failure instead of a reason for the node tests to skip, and so a missing tool that
+only a root set-up installs (promtool, podman). SPECULATOR_REQUIRE_TOOLS=1 (hack/test sets it always: it builds
+helm beside kubectl and installs the operator's script in the venv) does the same for those tools: `missing`.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 from kopf.testing import KopfRunner
@@ -120,6 +123,37 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 def node_required() -> bool:
     return os.environ.get("SPECULATOR_REQUIRE_NODE") == "1"
+
+
+def tools_required() -> bool:
+    return os.environ.get("SPECULATOR_REQUIRE_TOOLS") == "1"
+
+
+def missing(what: str, required: bool | None = None) -> NoReturn:
+    """The test cannot run without `what` (a tool, a script): a skip that says so where the run did not
+    promise it, a failure where it did: `required`, by default SPECULATOR_REQUIRE_TOOLS=1 (hack/test, which
+    provides helm and the operator's script); pass `node_required()` for what only a root set-up installs."""
+    if tools_required() if required is None else required:
+        pytest.fail(f"{what}, although this run provides it (SPECULATOR_REQUIRE_TOOLS / SPECULATOR_REQUIRE_NODE)")
+    pytest.skip(what)
+
+
+OPERATOR = Path(sys.executable).with_name("speculator-operator")
+
+
+def operator_script() -> Path:
+    """The operator's console script, installed beside this Python by the venv (hack/lib/venv.sh)."""
+    if not OPERATOR.exists():
+        missing(f"no {OPERATOR.name} script beside {sys.executable}")
+    return OPERATOR
+
+
+def helm_beside(cluster: Cluster) -> Path:
+    """helm, built by hack/build-kube beside its kubectl."""
+    exe = Path(cluster.kubectl_path).with_name("helm")
+    if not exe.exists():
+        missing(f"no helm beside {cluster.kubectl_path}")
+    return exe
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -29,10 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from speculator_harness.process import free_port
 
-from .conftest import Cluster, eventually, sdep
+from .conftest import OPERATOR, Cluster, eventually, operator_script, sdep
 
 pytestmark = pytest.mark.cluster
-OPERATOR = Path(sys.executable).with_name("speculator-operator")
 N = int(os.environ.get("SPECULATOR_BURST_N", "100"))
 MANAGED = "app.kubernetes.io/managed-by=speculator-operator"
 CHILDREN = "deployments,services,poddisruptionbudgets"
@@ -72,8 +70,7 @@ class Resident(threading.Thread):
 @pytest.fixture
 def operator_process(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """The operator as its own process, its /metrics on a loopback port; yields (process, port)."""
-    if not OPERATOR.exists():
-        pytest.skip(f"no {OPERATOR.name} script beside {sys.executable}")
+    operator_script()
     port = free_port()
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     env.update(SPECULATOR_METRICS_PORT=str(port), SPECULATOR_METRICS_ADDRESS="127.0.0.1", SPECULATOR_TRIM_SECONDS="1")

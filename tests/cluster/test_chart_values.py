@@ -15,16 +15,14 @@ import yaml
 
 from speculator_operator.runtime.settings import PULL_SECRETS_ENV
 
-from .conftest import Cluster
+from .conftest import Cluster, helm_beside
 from .test_helm_chart import CHART, helm
 
 pytestmark = pytest.mark.cluster
 
 
 def helm_result(cluster: Cluster, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    exe = Path(cluster.kubectl_path).with_name("helm")
-    if not exe.exists():
-        pytest.skip(f"no helm beside {cluster.kubectl_path}")
+    exe = helm_beside(cluster)
     env = {**os.environ, "HELM_CACHE_HOME": str(tmp_path / "c"), "HELM_CONFIG_HOME": str(tmp_path / "f"),
            "HELM_DATA_HOME": str(tmp_path / "d")}  # fmt: skip
     return subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, timeout=180)

@@ -12,8 +12,9 @@ from pathlib import Path
 import boto3
 import pytest
 
-from speculator_operator.domain.checkpoint import CheckpointError, audit, load_checkpoint, read_verifier
-from speculator_operator.domain.checkpoint.sources import S3Source
+from speculator_operator.adapters.checkpoints import audit, load_checkpoint, read_verifier
+from speculator_operator.adapters.sources import S3Source
+from speculator_operator.domain.checkpoint import CheckpointError
 
 from ..ckptgen import SMALL_QWEN3 as SMALL
 from ..ckptgen import dflash, eagle3, write_checkpoint

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
-from speculator_operator.runtime.controller import HOOKS
+from speculator_operator.controllers.queues import DEPLOYMENTS
 
 from .conftest import Cluster, eventually, get, sdep
 from .test_deployment_restart import operator_writes
@@ -105,12 +105,12 @@ def test_children_changed_or_deleted_by_hand_are_restored_once_each(
             "template": {"spec": {"containers": [{"name": original["name"], "env": [{"name": "MORE", "value": "1"}]}]}}
         }
     }
-    HOOKS.on_apply = scale_now
+    DEPLOYMENTS.on_apply = scale_now
     try:
         cluster.kubectl("patch", "-n", namespace, "deployment/drift", "-p", json.dumps(more))
         events = eventually(lambda: _count(restored_events(cluster, namespace), 7), timeout=60)
     finally:
-        HOOKS.on_apply = None
+        DEPLOYMENTS.on_apply = None
     assert landed.is_set()
     eventually(lambda: _equal(get(cluster, namespace, "deployment/drift")["spec"]["replicas"], 2), timeout=60)
     assert {"name": "MORE", "value": "1"} in container(cluster, namespace, "drift")["env"]

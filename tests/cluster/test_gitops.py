@@ -20,6 +20,7 @@ from speculator_operator.api.deployment import SpeculatorDeploymentStatus
 from speculator_operator.api.trainjob import SpeculatorTrainJobStatus
 from speculator_operator.planning.health import deployment_health, trainjob_health
 
+from ..clock import NOW
 from .conftest import ARGOCD_SCRIPTS, SMALL, Cluster, eventually, get, gitops, sdep, stj
 from .test_trainjob_controller import simulated, slow_offline
 
@@ -65,11 +66,11 @@ def test_the_cases_are_statuses_the_operator_writes_and_kstatus_agrees_with_the_
             continue  # a generation the operator has not read yet: kstatus and Argo CD say so without our conditions
         if kind == "SpeculatorDeployment":
             sdep_status = SpeculatorDeploymentStatus.model_validate(obj["status"])
-            derived: Any = deployment_health(sdep_status)
+            derived: Any = deployment_health(sdep_status, now=NOW)
             status: Any = sdep_status
         else:
             status = SpeculatorTrainJobStatus.model_validate(obj["status"])
-            derived = trainjob_health(status)
+            derived = trainjob_health(status, now=NOW)
         assert stored(derived) == stored(status), obj["metadata"]["name"]  # what a pass leaves as it is
     said = gitops(bin_dir, "kstatus", objects=objects)
     assert {n: s["status"] for n, s in zip(names, said, strict=True)} == {n: KSTATUS[kind][n] for n in names}

@@ -15,16 +15,14 @@ from kubernetes import config
 
 from speculator_operator.runtime import permissions
 
-from .conftest import REPO, Cluster
+from .conftest import REPO, Cluster, helm_beside, missing, node_required
 
 pytestmark = pytest.mark.cluster
 CHART = REPO / "charts" / "speculator-operator"
 
 
 def helm(cluster: Cluster, tmp_path: Path, *args: str) -> str:
-    exe = Path(cluster.kubectl_path).with_name("helm")
-    if not exe.exists():
-        pytest.skip(f"no helm beside {cluster.kubectl_path}")
+    exe = helm_beside(cluster)
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "HELM_CACHE_HOME": str(tmp_path / "c"),
            "HELM_CONFIG_HOME": str(tmp_path / "f"), "HELM_DATA_HOME": str(tmp_path / "d")}  # fmt: skip
     out = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, timeout=180)
@@ -147,9 +145,7 @@ PROMTOOL = "/usr/bin/promtool"
 
 def promtool(tmp_path: Path, *args: str) -> str:
     if not os.access(PROMTOOL, os.X_OK):
-        if os.environ.get("SPECULATOR_REQUIRE_NODE") == "1":  # hack/test as root installs it (Debian's prometheus)
-            raise AssertionError(f"{PROMTOOL} missing although hack/test could install it")
-        pytest.skip(f"no {PROMTOOL} (Debian's prometheus package; hack/test installs it as root)")
+        missing(f"no {PROMTOOL} (Debian's prometheus package; hack/test installs it as root)", node_required())
     out = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,10 +17,9 @@ from typing import IO, Any
 
 import pytest
 
-from .conftest import Cluster, eventually, get, sdep
+from .conftest import OPERATOR, Cluster, eventually, get, operator_script, sdep
 
 pytestmark = pytest.mark.cluster
-OPERATOR = Path(sys.executable).with_name("speculator-operator")
 
 
 class Candidate:
@@ -48,8 +46,7 @@ class Candidate:
 
 @pytest.fixture
 def candidates() -> Iterator[dict[str, Candidate]]:
-    if not OPERATOR.exists():
-        pytest.skip(f"no {OPERATOR.name} script beside {sys.executable}")
+    operator_script()
     started: dict[str, Candidate] = {}
     yield started  # the test adds what it starts; whatever still runs at the end is killed
     for cand in started.values():

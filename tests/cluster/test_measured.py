@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from speculator_operator.domain.checkpoint import read_verifier
+from speculator_operator.adapters.checkpoints import read_verifier
 from speculator_operator.domain.economics import draft_forwards, speedup
 from speculator_operator.domain.releases import get_release
 from speculator_operator.domain.sweep import PLAIN, Curve, Point, choose

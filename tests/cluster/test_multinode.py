@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
-from speculator_operator.domain.checkpoint import read_verifier
+from speculator_operator.adapters.checkpoints import read_verifier
 
 from .conftest import SMALL, Cluster, eventually, get, sdep
 

@@ -34,7 +34,7 @@ from speculator_operator.api.labels import TRACK_LABEL
 from speculator_operator.api.podcontract import PROGRESS_SECONDS_DEFAULT, ServerExit, ServerExitReason
 from speculator_operator.domain.releases import DEFAULT_RELEASE, get_release
 from speculator_operator.domain.sweep import Curve
-from speculator_operator.telemetry.acceptance import parse_sample
+from speculator_operator.telemetry.vllm_metrics import parse_sample
 
 from ..lanes import make_tiny_verifier, run_in, workloads_env_path
 from .conftest import ARGOCD_DEPLOYMENT, REPO, Cluster, chart_image_values, eventually, get, gitops

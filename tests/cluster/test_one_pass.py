@@ -1,6 +1,6 @@
 """One pass per object at a time, with the overlap forced rather than hoped for: a hook holds each round's pass
-inside its apply until the next trigger of the same object has arrived (runtime/controller.py `HOOKS`), on the
-real control plane with the real S3 server and the operator in-process.
+inside its apply until the next trigger of the same object has arrived (runtime/controller.py
+`Controller.on_apply`), on the real control plane with the real S3 server and the operator in-process.
 
 The triggers are the ones that used to apply children from their own copies of the object: a spec edit, a
 child scaled by hand (a drift restore), and an input poll after the draft's bytes changed in place (a poll
@@ -31,7 +31,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from speculator_operator.controllers.queues import DEPLOYMENTS, TRAINJOBS
-from speculator_operator.runtime.controller import HOOKS, Controller
+from speculator_operator.runtime.controller import Controller
 
 from ..ckptgen import eagle3, write_checkpoint
 from .conftest import SMALL, Cluster, eventually, get, sdep
@@ -98,11 +98,11 @@ class Held:
         queue = self.controller.queue
         assert queue is not None
         arrived = self.sent.wait(60)
-        for _ in range(600):
-            if not arrived or queue.pending(self.key):
-                break
-            self.released.wait(0.1)
-        arrived = arrived and bool(queue.pending(self.key))
+        if arrived:
+            try:
+                eventually(lambda: _pending(queue, self.key), timeout=60, interval=0.1)
+            except AssertionError:  # counted: the test asserts that no hold missed its trigger
+                arrived = False
         self.held += arrived
         self.missed += not arrived
         self.released.set()
@@ -180,7 +180,7 @@ def test_overlapping_triggers_at_one_deployment_never_take_its_revision_back(
     scales = 0
     seeds: list[str] = []
     hook = Held(key)
-    HOOKS.on_apply = hook
+    DEPLOYMENTS.on_apply = hook
     try:
         for round_ in range(ROUNDS):
 
@@ -208,7 +208,7 @@ def test_overlapping_triggers_at_one_deployment_never_take_its_revision_back(
             assert hook.released.wait(90)
             eventually(lambda: _idle(queue, key), timeout=60)
     finally:
-        HOOKS.on_apply = None
+        DEPLOYMENTS.on_apply = None
     assert hook.missed == 0
     assert hook.held == ROUNDS
 
@@ -248,7 +248,7 @@ def test_a_train_job_edited_while_its_stage_jobs_finish_starts_each_stage_once(
     passes0 = operator_count("speculator_passes_total", "SpeculatorTrainJob")
     conflicts0 = status_conflicts(cluster, "speculatortrainjobs")
     hook = Held(key, TRAINJOBS)
-    HOOKS.on_apply = hook
+    TRAINJOBS.on_apply = hook
     edits = 0
     try:
         hook.arm()
@@ -266,7 +266,7 @@ def test_a_train_job_edited_while_its_stage_jobs_finish_starts_each_stage_once(
             assert hook.released.wait(90)
             hook.arm()
     finally:
-        HOOKS.on_apply = None
+        TRAINJOBS.on_apply = None
     cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Succeeded", "stj/edited", "--timeout=180s")
     assert hook.missed == 0
     assert edits >= len(OFFLINE_STAGES)  # one held apply per stage at least (servers add theirs)
@@ -281,6 +281,10 @@ def test_a_train_job_edited_while_its_stage_jobs_finish_starts_each_stage_once(
     passes = operator_count("speculator_passes_total", "SpeculatorTrainJob") - passes0
     assert 0 < writes <= passes
     assert status_conflicts(cluster, "speculatortrainjobs") == conflicts0
+
+
+def _pending(queue: Any, key: tuple[str, str]) -> None:
+    assert queue.pending(key), f"no trigger of {key} queued"
 
 
 def _idle(queue: Any, key: tuple[str, str]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +12,9 @@ import yaml
 
 from speculator_operator.runtime import permissions
 
-from .conftest import Cluster, eventually
+from .conftest import OPERATOR, Cluster, eventually, operator_script
 
 pytestmark = pytest.mark.cluster
-OPERATOR = Path(sys.executable).with_name("speculator-operator")
 
 
 def limited_kubeconfig(cluster: Cluster, namespace: str, tmp_path: Path, leave_out: permissions.Check) -> Path:
@@ -61,8 +59,7 @@ def limited_kubeconfig(cluster: Cluster, namespace: str, tmp_path: Path, leave_o
 def test_a_missing_verb_is_one_clear_error_and_exit_4(
     cluster: Cluster, operator_crds: list[str], namespace: str, tmp_path: Path, leave_out: permissions.Check
 ) -> None:
-    if not OPERATOR.exists():
-        pytest.skip(f"no {OPERATOR.name} script beside {sys.executable}")
+    operator_script()
     kubeconfig = limited_kubeconfig(cluster, namespace, tmp_path, leave_out)
     argv = [str(OPERATOR), "run", "--namespace", namespace, "--leader-elect", "--lease-namespace", namespace]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={"KUBECONFIG": str(kubeconfig),
@@ -83,8 +80,7 @@ def test_the_same_identity_with_every_verb_runs_the_controllers(
 ) -> None:
     """The control: with nothing left out, the same Role-only identity passes the check, takes the Lease and
     starts the controllers in its namespace; a clean stop exits 0."""
-    if not OPERATOR.exists():
-        pytest.skip(f"no {OPERATOR.name} script beside {sys.executable}")
+    operator_script()
     kubeconfig = limited_kubeconfig(cluster, namespace, tmp_path, permissions.Check("", "none", "none", ""))
     log = tmp_path / "operator.log"
     argv = [str(OPERATOR), "run", "--namespace", namespace, "--leader-elect", "--lease-namespace", namespace,

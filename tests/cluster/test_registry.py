@@ -16,7 +16,7 @@ import pytest
 from speculator_harness import images, registry
 from speculator_harness.process import Supervisor
 
-from .conftest import node_required
+from .conftest import missing, node_required
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
 
@@ -54,15 +54,13 @@ def _build(cache: Path, context: Path, ref: str, small: bytes) -> str:
 
 
 def test_a_rebuild_that_changed_one_layer_pushes_that_layer_only(bin_dir: Path, tmp_path: Path) -> None:
-    missing = [what for what in ("podman",) if shutil.which(what) is None]
+    absent = [what for what in ("podman",) if shutil.which(what) is None]
     if not (bin_dir / "registry").exists():
-        missing.append(f"{bin_dir}/registry (hack/build-kube)")
+        absent.append(f"{bin_dir}/registry (hack/build-kube)")
     if os.geteuid() != 0:
-        missing.append("root (rootful podman)")
-    if missing:
-        if node_required():
-            pytest.fail(f"missing: {', '.join(missing)}")
-        pytest.skip(f"missing: {', '.join(missing)}")
+        absent.append("root (rootful podman)")
+    if absent:
+        missing(f"missing: {', '.join(absent)}", node_required())
     # a store and a registry of its own, the project's images untouched; short, as podman's runroot must be
     cache = Path(tempfile.mkdtemp(prefix="spec-reg-", dir="/tmp"))
     (cache / "tmp").mkdir(parents=True)

@@ -23,7 +23,7 @@ from kubernetes import client
 from speculator_operator.domain.releases import get_release, operator_reference
 from speculator_operator.runtime.peers import EXIT_OVERLAP
 
-from .conftest import REPO, Cluster, chart_image_values, eventually, get
+from .conftest import REPO, Cluster, chart_image_values, eventually, get, missing, node_required
 from .test_node import CHART, ON_NODE, helm, list_pods
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
@@ -34,7 +34,7 @@ def released(cluster: Cluster, real_node: str, tmp_path_factory: pytest.TempPath
     """What `hack/release --no-build 127.0.0.1:PORT/release-test` printed: each image by digest, the chart."""
     assert cluster.local is not None
     if not cluster.local.registry:
-        pytest.skip("the real node runs no registry")
+        missing("the real node runs no registry", node_required())
     # a path of its own (the harness mirrors ghcr.io under speculator-operator/); the layers are the same blobs,
     # mounted from the harness's repositories rather than sent again
     target = f"{cluster.local.registry}/release-test"

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
+from speculator_operator.adapters.checkpoints import read_verifier
 from speculator_operator.api import podcontract
-from speculator_operator.domain.checkpoint import read_verifier
 from speculator_operator.pods import trainer
 
 from ..ckptgen import eagle3, write_checkpoint

@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,10 +23,9 @@ from kubernetes import client
 from speculator_operator.runtime.peers import EXIT_OVERLAP, LEASE_LABEL, SCOPE_ANNOTATION
 from speculator_operator.runtime.settings import PULL_SECRETS_ENV
 
-from .conftest import Cluster, eventually, get, sdep
+from .conftest import OPERATOR, Cluster, eventually, get, operator_script, sdep
 
 pytestmark = pytest.mark.cluster
-OPERATOR = Path(sys.executable).with_name("speculator-operator")
 
 
 def micro(t: datetime) -> str:
@@ -84,8 +82,7 @@ class Operator:
 
 @pytest.fixture
 def operators() -> Iterator[list[Operator]]:
-    if not OPERATOR.exists():
-        pytest.skip(f"no {OPERATOR.name} script beside {sys.executable}")
+    operator_script()
     started: list[Operator] = []
     yield started
     for op in started:

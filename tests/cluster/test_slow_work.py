@@ -19,7 +19,6 @@ import pytest
 from kopf.testing import KopfRunner
 
 from speculator_operator.controllers.queues import DEPLOYMENTS, TRAINJOBS
-from speculator_operator.runtime.controller import HOOKS
 
 from .conftest import Cluster, eventually, get, sdep
 from .test_trainjob_controller import OFFLINE_STAGES, slow_offline
@@ -91,7 +90,7 @@ def test_quick_passes_never_wait_behind_slow_work_that_holds_every_worker(
     eventually(lambda: _started(cluster, namespace))
     eventually(lambda: get(cluster, namespace, "deployment/fast"))
     gate = Gate()
-    HOOKS.on_apply = gate
+    DEPLOYMENTS.on_apply = TRAINJOBS.on_apply = gate
     try:
         # one more slow object of each kind than there are workers: every worker that takes slow passes held
         slow = [json.loads(sdep(f"slow-{i}", store, "good", creds)) for i in range(WORKERS + 1)]
@@ -111,7 +110,7 @@ def test_quick_passes_never_wait_behind_slow_work_that_holds_every_worker(
     finally:
         gate.open.set()
         hung.set()
-        HOOKS.on_apply = None
+        DEPLOYMENTS.on_apply = TRAINJOBS.on_apply = None
         cluster.kubectl("label", "nodes", "-l", "type=kwok", f"{LABEL}-")
     st = get(cluster, namespace, "stj/fast")["status"]
     assert [(s["name"], s["phase"]) for s in st["stages"]] == [(s, "Succeeded") for s in OFFLINE_STAGES]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from .conftest import Cluster
+from .conftest import Cluster, helm_beside
 
 pytestmark = pytest.mark.cluster
 
@@ -285,9 +285,7 @@ def test_s3_object_is_read_back_with_a_ranged_get(cluster: Cluster) -> None:
 
 
 def test_helm_installs_and_uninstalls_a_chart(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
-    helm = Path(cluster.kubectl_path).with_name("helm")
-    if not helm.exists():
-        pytest.skip(f"no helm beside {cluster.kubectl_path}")
+    helm = helm_beside(cluster)
     chart = tmp_path / "smoke"
     (chart / "templates").mkdir(parents=True)
     (chart / "Chart.yaml").write_text("apiVersion: v2\nname: smoke\nversion: 0.1.0\n")

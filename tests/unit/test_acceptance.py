@@ -11,17 +11,12 @@ from speculator_operator.domain.economics import alpha_from_mean_length, break_e
 from speculator_operator.planning import apply_merge_patch, merge_patch
 from speculator_operator.telemetry.acceptance import (
     Economics,
-    MetricsError,
-    Sample,
-    Totals,
-    Window,
     acceptance_status,
     changed_materially,
     effective_condition,
     first_measure_due,
-    increment,
-    parse_sample,
 )
+from speculator_operator.telemetry.vllm_metrics import MetricsError, Sample, Totals, Window, increment, parse_sample
 
 
 def metrics_text(

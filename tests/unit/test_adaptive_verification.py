@@ -12,7 +12,8 @@ from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.domain.releases import get_release, release_row
 from speculator_operator.planning.tuning import applied, plan_tuning
 from speculator_operator.render.serving import Draft, Inputs, RenderError, Tuned, render
-from speculator_operator.telemetry.acceptance import Economics, Totals, acceptance_status, effective_condition
+from speculator_operator.telemetry.acceptance import Economics, acceptance_status, effective_condition
+from speculator_operator.telemetry.vllm_metrics import Totals
 
 
 def spec(**serving: Any) -> SpeculatorDeploymentSpec:

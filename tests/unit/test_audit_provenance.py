@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from speculator_operator.domain.checkpoint import audit
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE
 
 from ..ckptgen import SMALL_QWEN3, eagle3, write_checkpoint

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from speculator_operator.domain.checkpoint import audit
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.domain.checkpoint.rules import RULES
 from speculator_operator.domain.releases import Version, get_release
 

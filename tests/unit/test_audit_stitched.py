@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from speculator_operator.domain.checkpoint import audit
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.domain.releases import get_release
 
 from ..ckptgen import QWEN3_8B, QWEN3_NEXT, Tensors, eagle3, mutate, stitched_mtp, write_checkpoint

@@ -11,9 +11,10 @@ from speculator_operator.api.canary import Canary
 from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import REVISION_LABEL, TRACK_LABEL
 from speculator_operator.planning import canary as plan
-from speculator_operator.planning.canary import Measured, Move, Rendered
-from speculator_operator.telemetry.acceptance import Economics, Sample
-from speculator_operator.telemetry.canary import analysis_now
+from speculator_operator.planning.canary import Move, Rendered
+from speculator_operator.telemetry.acceptance import Economics
+from speculator_operator.telemetry.canary import Measured, analysis_now
+from speculator_operator.telemetry.vllm_metrics import Sample
 
 POLICY = Canary()  # promote after 3 passes in a row, roll back after 2 failures in a row or 3 in all
 

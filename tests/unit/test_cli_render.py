@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from speculator_operator import cli
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.cli import RenderOptions, main, render_documents
-from speculator_operator.domain.checkpoint import CheckpointError, audit
+from speculator_operator.domain.checkpoint import CheckpointError
 
 from ..ckptgen import dflash, mutate, write_checkpoint
 

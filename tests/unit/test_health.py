@@ -12,6 +12,8 @@ from speculator_operator.api.deployment import SpeculatorDeploymentStatus
 from speculator_operator.api.trainjob import SpeculatorTrainJobStatus
 from speculator_operator.planning.health import Health, deployment_health, trainjob_health
 
+from ..clock import NOW
+
 
 def cond(type_: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
     return {"type": type_, "status": status, "reason": reason, "message": message or reason, "observedGeneration": 2}
@@ -29,7 +31,11 @@ def stj(phase: str, *conds: dict[str, Any], **fields: Any) -> SpeculatorTrainJob
 
 def verdict(status: SpeculatorDeploymentStatus | SpeculatorTrainJobStatus) -> tuple[str, str] | None:
     """(the kstatus condition that is True, its reason), or None when neither is."""
-    derived = deployment_health(status) if isinstance(status, SpeculatorDeploymentStatus) else trainjob_health(status)
+    derived = (
+        deployment_health(status, now=NOW)
+        if isinstance(status, SpeculatorDeploymentStatus)
+        else trainjob_health(status, now=NOW)
+    )
     true = [c for c in derived.conditions if c.type in set(Health) and c.status == "True"]
     assert len(true) <= 1, true  # never both
     assert not [c for c in derived.conditions if c.type in set(Health) and c.status != "True"]  # the other: gone
@@ -226,22 +232,26 @@ def test_a_train_job_says_reconciling_or_stalled_as_the_gitops_table_has_it(
 
 def test_the_kstatus_conditions_cost_no_write_of_their_own() -> None:
     rolling = sdep("Deploying", PASSED, cond("Serving", "False", "RollingOut"), cond("Ready", "False", "RollingOut"))
-    once = deployment_health(rolling)
+    once = deployment_health(rolling, now=NOW)
     reconciling = conditions_of(once)["Reconciling"]
     assert reconciling.observed_generation == 2
-    assert deployment_health(once) is once  # derived again from the same status: the same object, nothing to write
+    # derived again from the same status: the same object, nothing to write
+    assert deployment_health(once, now=NOW) is once
     # settled: a Reconciling written by an earlier pass goes
-    settled = deployment_health(sdep("Ready", PASSED, SERVING, READY, cond("Reconciling", "True", "RollingOut")))
+    settled = deployment_health(
+        sdep("Ready", PASSED, SERVING, READY, cond("Reconciling", "True", "RollingOut")), now=NOW
+    )
     assert "Reconciling" not in conditions_of(settled)
-    assert deployment_health(settled) is settled
+    assert deployment_health(settled, now=NOW) is settled
 
 
 def test_a_stall_keeps_its_transition_time_while_it_lasts() -> None:
     failed = sdep("Failed", cond("Ready", "False", "InvalidSpec"))
-    first = deployment_health(failed)
+    first = deployment_health(failed, now=NOW)
     stall = conditions_of(first)["Stalled"]
     later = deployment_health(
-        first.model_copy(update={"conditions": [*first.conditions[:-1], stall.model_copy(update={"message": "new"})]})
+        first.model_copy(update={"conditions": [*first.conditions[:-1], stall.model_copy(update={"message": "new"})]}),
+        now=NOW,
     )
     assert conditions_of(later)["Stalled"].last_transition_time == stall.last_transition_time
 
@@ -262,8 +272,8 @@ def test_a_child_past_its_progress_deadline_is_a_stuck_rollout() -> None:
     crashing = [{"name": "vllm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]
     pod = {"metadata": {"name": "q-1", "labels": {REVISION_LABEL: "r1"}}, "status": {"containerStatuses": crashing}}
     stuck = serving_status(spec, "r1", child, [pod])
-    assert stuck["reason"] == "ProgressDeadlineExceeded"
-    assert "timed out progressing" in stuck["problem"]
-    assert "CrashLoopBackOff" in stuck["problem"]
+    assert stuck.reason == "ProgressDeadlineExceeded"
+    assert "timed out progressing" in stuck.problem
+    assert "CrashLoopBackOff" in stuck.problem
     rolling = serving_status(spec, "r1", {**child, "status": {**child["status"], "conditions": []}}, [pod])
-    assert rolling["reason"] == "CrashLoopBackOff"  # before the deadline: the pod's own reason, not a stall
+    assert rolling.reason == "CrashLoopBackOff"  # before the deadline: the pod's own reason, not a stall

@@ -15,13 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from speculator_operator.domain.checkpoint import (
-    CheckpointError,
-    Manifest,
-    audit,
-    load_checkpoint,
-    load_verifier_config,
-)
+from speculator_operator.adapters.checkpoints import audit, load_checkpoint, load_verifier_config
+from speculator_operator.domain.checkpoint import CheckpointError, Manifest
 from speculator_operator.pods.stage import stage
 
 from ..ckptgen import QWEN3_8B, SMALL_QWEN3, eagle3, write_checkpoint

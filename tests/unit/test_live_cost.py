@@ -10,15 +10,10 @@ import pytest
 from speculator_operator.api.common import make_condition
 from speculator_operator.api.deployment import PairEconomics, SpeculatorDeploymentStatus, SweepRef
 from speculator_operator.planning.measured import Measured, with_measured
-from speculator_operator.telemetry.acceptance import (
-    Economics,
-    Totals,
-    acceptance_status,
-    interpolate,
-    live_cost,
-    parse_sample,
-    plan_update,
-)
+from speculator_operator.telemetry.acceptance import Economics, acceptance_status, interpolate, live_cost, plan_update
+from speculator_operator.telemetry.vllm_metrics import Totals, parse_sample
+
+from ..clock import NOW
 
 PLAIN = ((1.0, 10.0), (2.0, 12.0), (4.0, 16.0))  # the sweep's plain step time (ms) per batch
 SWEPT = Economics(k=3, algorithm="eagle3", cost_ratio=0.1, max_k=3, source="sweep", plain_steps=PLAIN)
@@ -78,18 +73,18 @@ def test_economics_takes_the_live_cost_only_on_a_material_change() -> None:
     )
     cond = make_condition(1, "SpeculationEffective", True, "AboveBreakEven", "x")
     acc = acceptance_status(window(18.0, 3.0), SWEPT, revision="r", observed_at="t", min_samples=200)
-    first = plan_update(current, acc, cond, None)
+    first = plan_update(current, acc, cond, None, now=NOW)
     assert first.status is not None
     assert first.status.economics is not None
     assert first.status.economics.source == "live"
     assert first.status.economics.effective_cost_ratio == acc.cost_ratio
     # the next window moves the cost by less than the material step: no write
     nudged = acceptance_status(window(18.02, 3.0), SWEPT, revision="r", observed_at="t2", min_samples=200)
-    again = plan_update(first.status, nudged, cond, None)
+    again = plan_update(first.status, nudged, cond, None, now=NOW)
     assert again.status is None
     # a material move is written, economics and acceptance in the same write
     slower = acceptance_status(window(24.0, 3.0), SWEPT, revision="r", observed_at="t3", min_samples=200)
-    moved = plan_update(first.status, slower, cond, None)
+    moved = plan_update(first.status, slower, cond, None, now=NOW)
     assert moved.status is not None
     assert moved.status.economics is not None
     assert moved.status.economics.effective_cost_ratio == slower.cost_ratio

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from speculator_operator.domain.checkpoint import CheckpointError, load_checkpoint
+from speculator_operator.adapters.checkpoints import load_checkpoint
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.checkpoint.manifest import LATEST, FileEntry, Manifest, hub_content, s3_revision, select
 
 DRAFT = {

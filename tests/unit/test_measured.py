@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.api.common import stored
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
-from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.priors import PairSize
 from speculator_operator.domain.releases import get_release
 from speculator_operator.domain.sweep import PLAIN, Curve, Point
@@ -23,6 +23,7 @@ from speculator_operator.planning.measured import deployment_device, effective_c
 from speculator_operator.telemetry.acceptance import economics_of
 
 from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
+from ..clock import NOW
 
 
 def curve(rates: dict[int, dict[int, float]], device: str = "cpu", itl: dict[int, float] | None = None) -> Curve:
@@ -77,7 +78,7 @@ def served(
     """(the speculative config rendered, the status written)."""
     obs = Observed(generation=1, status=SpeculatorDeploymentStatus.model_validate(status or {}), verifier_revision="v",
                    audit=report, pair=PAIR)  # fmt: skip
-    p = plan("q", "ns", "uid", s, get_release(), obs)
+    p = plan("q", "ns", "uid", s, get_release(), obs, now=NOW)
     assert p.children is not None
     (c,) = p.children[0]["spec"]["template"]["spec"]["containers"]
     args = c["args"]

@@ -11,7 +11,7 @@ import kopf
 import pytest
 from prometheus_client import REGISTRY
 
-from speculator_operator.domain.checkpoint import audit
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.domain.releases import get_release
 from speculator_operator.runtime import metrics
 

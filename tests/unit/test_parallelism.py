@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import LWS_GROUP_KEY_LABEL, REVISION_LABEL, ROLE_LABEL
-from speculator_operator.api.parallelism import Layout, Parallelism, layout
+from speculator_operator.api.parallelism import Parallelism, layout
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.domain.checkpoint import audit
+from speculator_operator.domain.parallelism import Layout
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning.deployment import Observed, plan, serving_status
 from speculator_operator.planning.health import deployment_health
@@ -25,6 +26,7 @@ from speculator_operator.render import group, serving, training
 from speculator_operator.render.serving import Draft, Inputs, RenderError, render
 
 from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
+from ..clock import NOW
 
 
 def spec(**serving_: Any) -> SpeculatorDeploymentSpec:
@@ -168,7 +170,7 @@ def test_without_the_lws_api_nothing_is_created_and_the_object_is_stalled(good: 
     two = spec(parallelism={"tensor": 2, "nodes": 2})
 
     def planned(status: SpeculatorDeploymentStatus, **observed: Any) -> Any:
-        return plan("q", "ns", "uid", two, get_release(), Observed(3, status, "v1", good, **observed))
+        return plan("q", "ns", "uid", two, get_release(), Observed(3, status, "v1", good, **observed), now=NOW)
 
     p = planned(SpeculatorDeploymentStatus(), lws_served=False)
     assert p.children is None
@@ -177,13 +179,13 @@ def test_without_the_lws_api_nothing_is_created_and_the_object_is_stalled(good: 
     assert (ready.status, ready.reason) == ("False", ServingReason.LWS_UNAVAILABLE)
     assert "LeaderWorkerSet" in ready.message
     assert "install" in ready.message
-    stalled = next(c for c in deployment_health(p.status).conditions if c.type == "Stalled")
+    stalled = next(c for c in deployment_health(p.status, now=NOW).conditions if c.type == "Stalled")
     assert stalled.reason == ServingReason.LWS_UNAVAILABLE
     # a single-node pair still serving keeps serving (Degraded) and is still Stalled
     kept = planned(SpeculatorDeploymentStatus(), lws_served=False, other=OLD_DEPLOYMENT)
     assert kept.status.phase == "Degraded"
     assert kept.children is None
-    assert any(c.type == "Stalled" for c in deployment_health(kept.status).conditions)
+    assert any(c.type == "Stalled" for c in deployment_health(kept.status, now=NOW).conditions)
     # with the API: a group, and the Deployment of the old layout deleted only once the group is ready
     served = planned(SpeculatorDeploymentStatus(), lws_served=True, other=OLD_DEPLOYMENT)
     assert next(c["kind"] for c in served.children or []) == "LeaderWorkerSet"
@@ -211,23 +213,23 @@ def test_a_group_is_rolled_out_when_every_group_is_ready_at_the_new_revision() -
         }
 
     whole = group_pods("g0", "r2", "r2") + group_pods("g1", "r2", "r2")
-    assert serving_status(two, "r2", lws("r2", 2, 2), whole)["ready"] is True
-    assert serving_status(two, "r2", lws("r2", 2, 1), whole)["ready"] is False  # one group still at the old template
-    assert serving_status(two, "r2", lws("r2", 1, 2), whole)["ready"] is False
-    assert serving_status(two, "r2", lws("r1", 2, 2), whole)["updatedReplicas"] == 0  # not the revision asked for
+    assert serving_status(two, "r2", lws("r2", 2, 2), whole).ready is True
+    assert serving_status(two, "r2", lws("r2", 2, 1), whole).ready is False  # one group still at the old template
+    assert serving_status(two, "r2", lws("r2", 1, 2), whole).ready is False
+    assert serving_status(two, "r2", lws("r1", 2, 2), whole).updated_replicas == 0  # not the revision asked for
     # the LeaderWorkerSet counts a group updated once its leader is; the operator counts whole groups only
     leader_first = group_pods("g0", "r2", "r2") + group_pods("g1", "r2", "r1")
-    assert serving_status(two, "r2", lws("r2", 2, 2), leader_first)["updatedReplicas"] == 1
-    assert serving_status(two, "r2", lws("r2", 2, 2), leader_first)["ready"] is False
+    assert serving_status(two, "r2", lws("r2", 2, 2), leader_first).updated_replicas == 1
+    assert serving_status(two, "r2", lws("r2", 2, 2), leader_first).ready is False
     workers_missing = group_pods("g0", "r2", "r2") + group_pods("g1", "r2")
-    assert serving_status(two, "r2", lws("r2", 2, 2), workers_missing)["ready"] is False
-    assert serving_status(two, "r2", lws("r2", 2, 2))["ready"] is False  # pods unknown: nothing counts as whole
+    assert serving_status(two, "r2", lws("r2", 2, 2), workers_missing).ready is False
+    assert serving_status(two, "r2", lws("r2", 2, 2)).ready is False  # pods unknown: nothing counts as whole
     # the watch's trimmed pods keep what this reads
-    assert serving_status(two, "r2", lws("r2", 2, 2), [trimmed_pod(p) for p in whole])["ready"] is True
+    assert serving_status(two, "r2", lws("r2", 2, 2), [trimmed_pod(p) for p in whole]).ready is True
     # the surge group rolled in beside them is whole too, but only the wanted groups count: the count does not go
     # stale when the surge group goes (a drop of updatedReplicas alone writes no status)
     surge = whole + group_pods("g2", "r2", "r2")
-    assert serving_status(two, "r2", lws("r2", 3, 3), surge)["updatedReplicas"] == 2
+    assert serving_status(two, "r2", lws("r2", 3, 3), surge).updated_replicas == 2
 
 
 def test_the_scrape_skips_headless_workers() -> None:
@@ -331,13 +333,16 @@ def test_a_train_job_whose_server_needs_a_group_waits_stalled_without_the_lws_ap
             jobs={"fetch": done, "prepare": done},
             lws_served=served,
         )
-        return trainjob.plan("q", "ml", "uid", parsed, get_release(), obs)
+        return trainjob.plan("q", "ml", "uid", parsed, get_release(), obs, now=NOW)
 
     waiting = at_extract(False)
     assert waiting.apply == []  # neither the server nor the extraction Job
     failed = next(c for c in waiting.status.conditions if c.type == "Failed")
     assert (failed.status, failed.reason) == ("False", ServingReason.LWS_UNAVAILABLE)
-    assert next(c for c in trainjob_health(waiting.status).conditions if c.type == "Stalled").reason == failed.reason
+    assert (
+        next(c for c in trainjob_health(waiting.status, now=NOW).conditions if c.type == "Stalled").reason
+        == failed.reason
+    )
     running = at_extract(True)
     assert [c["kind"] for c in running.apply] == ["LeaderWorkerSet", "Service"]
 

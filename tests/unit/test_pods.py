@@ -8,6 +8,8 @@ from speculator_operator.api.deployment import SpeculatorDeploymentSpec, Specula
 from speculator_operator.planning.deployment import refresh_serving, serving_status
 from speculator_operator.planning.pods import first_problem, pod_problem, refused_creation, terminated_words
 
+from ..clock import NOW
+
 
 def pod(
     name: str,
@@ -59,11 +61,11 @@ def test_a_rolling_out_deployment_shows_its_stuck_pods_reason() -> None:
     stuck = pod("p1", waiting="ImagePullBackOff", message="Back-off pulling image server:cpu-missing")
     old = pod("p0", waiting="CrashLoopBackOff", revision="r0")  # another revision's pod says nothing here
     serving = serving_status(spec, "r1", child, [old, stuck])
-    assert (serving["ready"], serving["reason"]) == (False, "ImagePullBackOff")
-    assert "server:cpu-missing" in serving["problem"]
-    assert serving_status(spec, "r1", child, [old])["reason"] == "RollingOut"
+    assert (serving.ready, serving.reason) == (False, "ImagePullBackOff")
+    assert "server:cpu-missing" in serving.problem
+    assert serving_status(spec, "r1", child, [old]).reason == "RollingOut"
     status = SpeculatorDeploymentStatus(phase="Deploying", revision="r1")
-    refreshed = refresh_serving(spec, status, child, 1, [stuck])
+    refreshed = refresh_serving(spec, status, child, 1, [stuck], now=NOW)
     conds = {c.type: c for c in refreshed.conditions}
     assert conds["Serving"].reason == "ImagePullBackOff"
     assert "Back-off pulling image" in conds["Ready"].message

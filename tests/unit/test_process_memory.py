@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from speculator_operator.domain.checkpoint.sources import s3_client
+from speculator_operator.adapters.sources import s3_client
 from speculator_operator.runtime import allocator
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,6 +19,8 @@ from speculator_operator.planning.trainjob import (
     resync_due,
     wakes_owner,
 )
+
+from ..clock import NOW
 
 SPEC = SpeculatorTrainJobSpec.model_validate({
     "verifier": {"model": "Qwen/Qwen3-8B"}, "algorithm": "eagle3",
@@ -48,9 +51,10 @@ def S(raw: dict[str, Any]) -> SpeculatorTrainJobStatus:
     return SpeculatorTrainJobStatus.model_validate(raw)
 
 
-def run(obs: Observed, spec: SpeculatorTrainJobSpec = SPEC) -> Any:
-    """The plan, its status as the pass writes it (the wire form the API server stores: what these tests read)."""
-    p = plan("q", "ml", "uid", spec, get_release(), obs)
+def run(obs: Observed, spec: SpeculatorTrainJobSpec = SPEC, now: datetime = NOW) -> Any:
+    """The plan at `now`, its status as the pass writes it (the wire form the API server stores: what these tests
+    read)."""
+    p = plan("q", "ml", "uid", spec, get_release(), obs, now=now)
     return SimpleNamespace(**{**vars(p), "status": stored(p.status)})
 
 
@@ -179,13 +183,14 @@ def test_a_job_whose_release_cannot_serve_its_algorithm_is_refused_before_any_st
     deployment could load the result."""
     spec = SpeculatorTrainJobSpec.model_validate({**SPEC.model_dump(by_alias=True, exclude_none=True),
                                                   "algorithm": "peagle"})  # fmt: skip
-    p = plan("q", "ml", "uid", spec, release_row("2026.12-vllm0.34"), observed())
+    p = plan("q", "ml", "uid", spec, release_row("2026.12-vllm0.34"), observed(), now=NOW)
     failed = next(c for c in p.status.conditions if c.type == "Failed")
     assert (p.status.phase, failed.reason) == ("Failed", "InvalidSpec")
     assert "vLLM 0.34.0 removed peagle" in failed.message
     assert "name a release that serves peagle: 2026.11-vllm0.32" in failed.message  # the way out
     assert p.apply == []
-    assert plan("q", "ml", "uid", spec, get_release(), observed()).status.phase == "Preparing"  # 0.32 serves it
+    # 0.32 serves it
+    assert plan("q", "ml", "uid", spec, get_release(), observed(), now=NOW).status.phase == "Preparing"
 
 
 def test_unreadable_verifier_waits() -> None:
@@ -389,15 +394,14 @@ def test_zero_drafts_is_named_as_such() -> None:
 
 
 def test_an_evaluation_server_that_never_becomes_ready_fails_after_the_timeout() -> None:
-    from datetime import UTC, datetime
 
     done = {s: job("done") for s in EVAL_ORDER[:5]}
     within = datetime(2026, 11, 29, 10, 9, 0, tzinfo=UTC)  # 540 s after its creation: still waiting
-    p = run(observed(jobs=done, servers={"evaluator": evaluator(False)}, at=within), EVALUATED)
+    p = run(observed(jobs=done, servers={"evaluator": evaluator(False)}), EVALUATED, now=within)
     waiting = {c["type"]: c for c in p.status["conditions"]}["Failed"]
     assert (waiting["status"], waiting["reason"]) == ("False", "WaitingForServer")
     late = datetime(2026, 11, 29, 10, 10, 1, tzinfo=UTC)
-    p = run(observed(jobs=done, servers={"evaluator": evaluator(False)}, at=late), EVALUATED)
+    p = run(observed(jobs=done, servers={"evaluator": evaluator(False)}), EVALUATED, now=late)
     failed = {c["type"]: c for c in p.status["conditions"]}["Failed"]
     assert p.status["phase"] == "Failed"
     assert failed["reason"] == "EvaluationServerNotReady"
@@ -410,27 +414,26 @@ def test_an_evaluation_server_that_never_becomes_ready_fails_after_the_timeout()
 
 
 def test_a_run_failed_for_its_evaluation_server_stays_failed_until_its_spec_changes() -> None:
-    from datetime import UTC, datetime
 
     done = {s: job("done") for s in EVAL_ORDER[:5]}
     late = datetime(2026, 11, 29, 10, 10, 1, tzinfo=UTC)
-    failed = run(observed(jobs=done, servers={"evaluator": evaluator(False)}, at=late), EVALUATED)
+    failed = run(observed(jobs=done, servers={"evaluator": evaluator(False)}), EVALUATED, now=late)
     assert failed.status["phase"] == "Failed"
     # its server deleted, the next pass does not start it again: nothing applied, no second warning
-    again = run(observed(status=failed.status, jobs=done, at=late), EVALUATED)
+    again = run(observed(status=failed.status, jobs=done), EVALUATED, now=late)
     assert again.status == failed.status  # nothing to write
     assert again.apply == []
     assert again.events == []
     # what holds it is the stored evaluation, not the words: a reworded message changes nothing
     conditions = [{**c, "message": "reworded"} for c in failed.status["conditions"]]
-    reworded = run(observed(status={**failed.status, "conditions": conditions}, jobs=done, at=late), EVALUATED)
+    reworded = run(observed(status={**failed.status, "conditions": conditions}, jobs=done), EVALUATED, now=late)
     assert reworded.status["phase"] == "Failed"
     assert reworded.apply == []
     said = {c["type"]: c for c in reworded.status["conditions"]}["Failed"]["message"]
     assert "not ready 601 s after it was created" in said  # said again from the fields
     # as fe501e0 stored it (no evaluation field, the reason on the Failed condition): still failed, not rerun
     older = {k: v for k, v in failed.status.items() if k != "evaluation"}
-    taken = run(observed(status=older, jobs=done, at=late), EVALUATED)
+    taken = run(observed(status=older, jobs=done), EVALUATED, now=late)
     assert taken.status["phase"] == "Failed"
     assert taken.apply == []
     assert taken.status["evaluation"] == {"outcome": "EvaluationServerNotReady"}
@@ -442,9 +445,8 @@ def test_a_run_failed_for_its_evaluation_server_stays_failed_until_its_spec_chan
         verifier_revision="sha1",
         verifier_model_type="qwen3",
         jobs=done,
-        at=late,
     )
-    resumed = run(changed, EVALUATED)
+    resumed = run(changed, EVALUATED, now=late)
     assert ("Deployment", "q-evaluator") in kinds(resumed)
     assert resumed.status["phase"] == "Evaluating"
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from speculator_operator.domain.checkpoint import CheckpointError, load_checkpoint
+from speculator_operator.adapters.checkpoints import load_checkpoint
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.checkpoint.safetensors_header import MAX_HEADER_BYTES
 
 from ..ckptgen import eagle3, write_checkpoint

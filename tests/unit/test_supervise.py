@@ -191,7 +191,7 @@ def test_a_rollout_of_a_server_without_an_accelerator_says_so_in_serving() -> No
         "status": {"observedGeneration": 1, "replicas": 1},
     }
     out = serving_status(spec, "r1", child, [crashing_pod(classify(1, "", "no GPU").encode())])
-    assert (out["ready"], out["reason"]) == (False, "NoAccelerator")
+    assert (out.ready, out.reason) == (False, "NoAccelerator")
 
 
 def test_the_record_goes_where_the_contract_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

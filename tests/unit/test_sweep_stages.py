@@ -121,16 +121,16 @@ def test_a_sweep_server_never_ready_fails_after_the_sweeps_timeout_and_stays_fai
     reports = {"evaluate": {"evaluation": MEASURED}, "sweep-k": part(3)}
     servers = {"sweeper-half": server("sweeper-half", available=False)}
     within = datetime(2026, 11, 29, 10, 14, 0, tzinfo=UTC)
-    p = run(observed(jobs=jobs, reports=reports, servers=servers, at=within), SWEEP)
+    p = run(observed(jobs=jobs, reports=reports, servers=servers), SWEEP, now=within)
     assert p.status["phase"] == "Sweeping"
     late = datetime(2026, 11, 29, 10, 15, 1, tzinfo=UTC)
-    p = run(observed(jobs=jobs, reports=reports, servers=servers, at=late), SWEEP)
+    p = run(observed(jobs=jobs, reports=reports, servers=servers), SWEEP, now=late)
     failed = {c["type"]: c for c in p.status["conditions"]}["Failed"]
     assert (p.status["phase"], failed["reason"]) == ("Failed", "SweepFailed")
     assert "(evaluation.sweep.timeoutSeconds 900)" in failed["message"]
     assert ("apps/v1", "Deployment", "q-sweeper-half") in p.delete
     # its server gone, the next pass does not start it again
-    again = run(observed(status=p.status, jobs=jobs, reports=reports, at=late), SWEEP)
+    again = run(observed(status=p.status, jobs=jobs, reports=reports), SWEEP, now=late)
     assert again.apply == []
     assert again.status == p.status  # nothing to write
     assert again.events == []

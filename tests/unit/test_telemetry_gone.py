@@ -11,10 +11,10 @@ from typing import Any
 import kopf
 import pytest
 
-from speculator_operator.controllers import deployment, telemetry
+from speculator_operator.controllers import telemetry, watches
 from speculator_operator.planning.watched import trimmed_pod
 from speculator_operator.runtime import scheduler as periodic
-from speculator_operator.telemetry.acceptance import Window
+from speculator_operator.telemetry.vllm_metrics import Window
 
 # names no cluster test uses: an operator run in this process before may have left series of its own
 NAMESPACE, NAME, UID = "unit-telemetry-gone", "pair", "unit-telemetry-gone-uid"
@@ -104,10 +104,10 @@ def test_an_object_deleted_during_its_scrape_keeps_nothing(scrape: list[Any], mo
 def test_a_job_launched_before_the_deleted_event_does_not_run(scrape: list[Any]) -> None:
     """The loop launches a task; the DELETED event is handled before the task starts (poll_inputs would keep
     when it last polled the object, for ever)."""
-    task = periodic.while_tracked(telemetry.PLURAL, UID, deployment.poll_inputs, body())
+    task = periodic.while_tracked(telemetry.PLURAL, UID, watches.poll_inputs, body())
     periodic.seen(telemetry.PLURAL, body(), "DELETED")
     asyncio.run(task)
-    assert UID not in deployment._polled
+    assert UID not in watches._polled
     periodic.seen(telemetry.PLURAL, body(), "ADDED")
-    asyncio.run(periodic.while_tracked(telemetry.PLURAL, UID, deployment.poll_inputs, body()))
-    assert UID in deployment._polled  # a live object's job runs
+    asyncio.run(periodic.while_tracked(telemetry.PLURAL, UID, watches.poll_inputs, body()))
+    assert UID in watches._polled  # a live object's job runs

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.adapters.checkpoints import audit, checkpoint_dir, load_checkpoint
 from speculator_operator.api import podcontract
-from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_checkpoint
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.checkpoint.manifest import LATEST, PROVENANCE
 from speculator_operator.domain.checkpoint.safetensors_header import header_length, parse_header
 from speculator_operator.pods import trainer

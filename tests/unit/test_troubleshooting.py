@@ -168,7 +168,7 @@ def test_the_reason_collector_finds_the_reasons_of_every_kind_of_place() -> None
         "OOMKilled",  # a (reason, message[:n]) pair
         "NoAddress",  # a scrape window's failed()
         "Timeout",  # MetricsError
-        "PruneDeferred",  # kopf.event(reason=...)
+        "PruneDeferred",  # recorder.event(reason=...)
         "LayoutUnsupported",  # RenderError(message, reason) through a module constant
     ):
         assert reason in found, reason

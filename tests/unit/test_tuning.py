@@ -32,6 +32,8 @@ from speculator_operator.render.serving import Draft, Inputs, Tuned, render
 from speculator_operator.runtime.kube import status_patch
 from speculator_operator.telemetry.acceptance import CONDITION, Economics, disabled_condition, plan_update
 
+from ..clock import NOW
+
 C = 0.05  # the pair's cost ratio in these tests
 MAX_K = 5  # the checkpoint's speculative_tokens
 T0 = 1_800_000_000.0
@@ -269,19 +271,19 @@ def test_times_round_trip() -> None:
 
 def test_plan_update_writes_and_warns_once() -> None:
     below = make_condition(1, CONDITION, False, "BelowBreakEven", "α 0.01")
-    first = plan_update(S({}), A({"rate": 0.01, "drafts": 500}), below, None)
+    first = plan_update(S({}), A({"rate": 0.01, "drafts": 500}), below, None, now=NOW)
     assert [e[:2] for e in first.events] == [("Warning", "BelowBreakEven")]
     assert first.status is not None
     written = S({k: v for k, v in stored(first.status).items() if k in ("conditions", "acceptance")})
-    again = plan_update(written, A({"rate": 0.01, "drafts": 500}), below, None)
+    again = plan_update(written, A({"rate": 0.01, "drafts": 500}), below, None, now=NOW)
     assert (again.status, again.events) == (None, [])  # unchanged: no write, no second event
-    off = plan_update(written, None, disabled_condition(1, T({"probeAt": "x"})), T({"mode": "Auto", "k": 0}))
+    off = plan_update(written, None, disabled_condition(1, T({"probeAt": "x"})), T({"mode": "Auto", "k": 0}), now=NOW)
     assert off.events == []  # still False: the tuning's own event says why
     assert off.status is not None
     assert stored(off.status)["tuning"] == {"mode": "Auto", "k": 0}
     assert stored(off.status)["acceptance"] == stored(written)["acceptance"]  # not measured: left as it was
     tuned = S({**stored(written), "tuning": {"mode": "Auto", "k": 2}})
-    gone = plan_update(tuned, None, below, None)
+    gone = plan_update(tuned, None, below, None, now=NOW)
     assert gone.status is not None
     assert stored(gone.status) == stored(written)  # the tuning block removed, nothing else moved
 
@@ -295,18 +297,20 @@ def test_status_patches_remove_what_an_object_lost() -> None:
 
 def test_each_transition_posts_one_event_and_a_restart_is_not_news() -> None:
     above = make_condition(1, CONDITION, True, "AboveBreakEven", "α 0.9")
-    first = plan_update(S({}), A({"rate": 0.9, "drafts": 500, "revision": "r"}), above, None)
+    first = plan_update(S({}), A({"rate": 0.9, "drafts": 500, "revision": "r"}), above, None, now=NOW)
     assert [e[:2] for e in first.events] == [("Normal", "AboveBreakEven")]
     assert first.status is not None
     written = first.status
     waiting = make_condition(1, CONDITION, None, "NotEnoughSamples", "0 drafts in the window")
     refill = {"drafts": 0, "revision": "r", "note": "0 drafts"}
     # a restarted operator refilling its window: the judgement on record stands, nothing is written
-    held = plan_update(written, A(refill), waiting, None, refilling=True)
+    held = plan_update(written, A(refill), waiting, None, refilling=True, now=NOW)
     assert (held.status, held.events) == (None, [])
     # a new revision is judged afresh, and so is the old one once the window has had its span
-    assert plan_update(written, A(dict(refill, revision="r2")), waiting, None, refilling=True).status is not None
-    later = plan_update(written, A(refill), waiting, None)
+    assert (
+        plan_update(written, A(dict(refill, revision="r2")), waiting, None, refilling=True, now=NOW).status is not None
+    )
+    later = plan_update(written, A(refill), waiting, None, now=NOW)
     assert later.status is not None
     assert later.status.conditions[0].status == "Unknown"
     assert later.events == []

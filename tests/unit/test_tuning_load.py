@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.api.common import stored
 from speculator_operator.api.deployment import (
     Acceptance,
@@ -19,7 +20,6 @@ from speculator_operator.api.deployment import (
     SpeculatorDeploymentStatus,
     TuningStatus,
 )
-from speculator_operator.domain.checkpoint import audit
 from speculator_operator.domain.economics import cutoff_schedule
 from speculator_operator.domain.priors import pair_load, pair_size
 from speculator_operator.domain.releases import get_release
@@ -29,6 +29,7 @@ from speculator_operator.planning.tuning import candidate, iso, plan_tuning
 from speculator_operator.telemetry.acceptance import Economics, economics_of
 
 from ..ckptgen import QWEN3_8B, eagle3, write_checkpoint
+from ..clock import NOW
 
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}  # GPU feature discovery's label on an H100 node
 T0 = 1_800_000_000.0
@@ -61,7 +62,7 @@ def planned(s: SpeculatorDeploymentSpec, report: Any, status: dict[str, Any] | N
         audit=report,
         pair=pair_size(report.checkpoint.drafting_shapes, QWEN3_8B),
     )
-    p = plan("q", "ns", "uid", s, get_release(), obs)
+    p = plan("q", "ns", "uid", s, get_release(), obs, now=NOW)
     assert p.children is not None
     (c,) = p.children[0]["spec"]["template"]["spec"]["containers"]
     args = c["args"]

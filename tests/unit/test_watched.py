@@ -232,7 +232,7 @@ def test_what_is_held_is_the_latest_and_is_taken_once() -> None:
 
 def test_a_child_deleted_or_changed_by_hand_drops_what_was_held_for_its_owner() -> None:
     """The drift's pass reads the child itself: a child held from an earlier event may be gone."""
-    from speculator_operator.controllers.deployment import child_changed
+    from speculator_operator.controllers.watches import child_changed
 
     whole = child(ready=1)
     whole["metadata"]["labels"]["speculators.dev/deployment"] = "owner"
@@ -253,7 +253,7 @@ def test_a_child_deleted_or_changed_by_hand_drops_what_was_held_for_its_owner() 
 
 def test_a_child_whose_ready_count_moved_asks_for_its_owners_pass_first(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the pass after readiness moved can make the owner Ready: it goes ahead of the other quick passes."""
-    from speculator_operator.controllers import deployment
+    from speculator_operator.controllers import deployment, watches
 
     asked: list[tuple[str, int]] = []
 
@@ -265,7 +265,7 @@ def test_a_child_whose_ready_count_moved_asks_for_its_owners_pass_first(monkeypa
 
     def event(body: dict[str, Any], type: str = "MODIFIED") -> None:
         body["metadata"]["labels"]["speculators.dev/deployment"] = "owner"
-        asyncio.run(deployment.child_changed(body=body, namespace="ns", type=type, serving_pods=index))
+        asyncio.run(watches.child_changed(body=body, namespace="ns", type=type, serving_pods=index))
 
     event(child(ready=0, observed_generation=1))  # the first event since the operator started
     event(child(ready=0))  # its controller saw the generation: a count moved, not readiness

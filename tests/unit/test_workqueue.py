@@ -1,17 +1,25 @@
 """The work queue's promises (runtime/workqueue.py): one pass per key at a time, triggers during a pass coalesce
-into exactly one more, failures retry with a capped, doubling back-off that success resets, and a pass may ask
-for another later. Every wait below is on a condition; the timeouts only bound a failing test."""
+into exactly one more, failures retry with a capped, doubling back-off that success resets, a terminal failure is
+not retried but told to the key's controller within the pass, a pass may ask for another later, a key waits for at
+most one delayed add (the earliest, with every cause), and each pass's log lines carry its id. Every wait below is
+on a condition; the timeouts only bound a failing test."""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
+from typing import TypeVar
 
-from speculator_operator.runtime.workqueue import DONE, Result, WorkQueue
+import pytest
+
+from speculator_operator.runtime.workqueue import DONE, Result, Terminal, WorkQueue, current_pass, log_pass_ids
 
 LIMIT = 10.0  # seconds a failing test may hang before it fails
 Handler = Callable[[str, frozenset[str]], Result]
+T = TypeVar("T")
 
 
 def settled(queue: WorkQueue[str], key: str) -> float:
@@ -222,3 +230,220 @@ def test_a_priority_given_during_a_pass_orders_the_one_more_pass() -> None:
     finally:
         queue.shutdown()
     assert order == ["s1", "s1", "a"]
+
+
+def until(check: Callable[[], T]) -> T:
+    """`check()`'s value once it stops raising AssertionError (tests/cluster's `eventually`, within LIMIT)."""
+    deadline = time.monotonic() + LIMIT
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.005)
+
+
+def _with(pending: tuple[float, frozenset[str]] | None, cause: str) -> tuple[float, frozenset[str]]:
+    assert pending is not None
+    assert cause in pending[1], pending
+    return pending
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_delayed_adds_of_a_key_keep_the_earliest_deadline_and_every_cause() -> None:
+    clock = Clock()
+    ran: list[frozenset[str]] = []
+    done = threading.Event()
+    lanes: list[bool] = []
+
+    def handler(key: str, causes: frozenset[str]) -> Result:
+        ran.append(causes)
+        done.set()
+        return DONE
+
+    queue: WorkQueue[str] = WorkQueue(
+        handler, workers=1, clock=clock, quick=lambda c: c <= QUICK, quick_workers=1,
+        waited=lambda _, quick: lanes.append(quick),
+    )  # fmt: skip
+    try:
+        queue.add_after("k", "poll", 60)
+        queue.add_after("k", "child", 5)  # sooner: this deadline, both causes
+        queue.add_after("k", "resync", 30)  # later: the deadline stays, the cause joins
+        pending = queue.delayed("k")
+        assert pending is not None
+        assert pending[0] == pytest.approx(5)
+        assert pending[1] == {"poll", "child", "resync"}
+        clock.now += 5
+        assert done.wait(LIMIT)
+        assert queue.wait_idle(LIMIT)
+        assert queue.delayed("k") is None
+    finally:
+        queue.shutdown()
+    assert ran == [frozenset({"poll", "child", "resync"})]  # one pass, with every cause
+    assert lanes == [False]  # a slow cause among them: not a quick key
+    assert queue.passes == 1
+
+
+def test_a_quick_delayed_add_stays_quick_and_a_retry_joins_a_pending_delayed_add() -> None:
+    clock = Clock()
+    ran: list[frozenset[str]] = []
+    lanes: list[bool] = []
+    first = threading.Event()
+
+    def handler(key: str, causes: frozenset[str]) -> Result:
+        ran.append(causes)
+        first.set()
+        if len(ran) == 1:
+            raise RuntimeError("the API server said 500")  # a retry in base_delay (10 s) joins the child's add
+        return DONE
+
+    queue: WorkQueue[str] = WorkQueue(
+        handler, workers=1, clock=clock, base_delay=10, quick=lambda c: c <= QUICK, quick_workers=1,
+        waited=lambda _, quick: lanes.append(quick),
+    )  # fmt: skip
+    try:
+        queue.add("k", "spec")
+        assert first.wait(LIMIT)
+        queue.add_after("k", "child", 20)
+        pending = until(lambda: _with(queue.delayed("k"), "retry"))  # once the failed pass has ended
+        assert pending[1] == {"child", "retry"}
+        assert pending[0] == pytest.approx(10)  # the retry's deadline, the earlier
+        clock.now += 10
+        assert queue.wait_idle(LIMIT)
+    finally:
+        queue.shutdown()
+    assert ran == [frozenset({"spec"}), frozenset({"child", "retry"})]
+    assert lanes == [False, False]
+
+
+def test_forget_cancels_the_keys_delayed_add() -> None:
+    clock = Clock()
+    ran: list[str] = []
+    witness = threading.Event()
+
+    def handler(key: str, causes: frozenset[str]) -> Result:
+        ran.append(key)
+        if key == "w":
+            witness.set()
+        return DONE
+
+    queue: WorkQueue[str] = WorkQueue(handler, workers=1, clock=clock)
+    try:
+        queue.add_after("gone", "poll", 10)
+        queue.forget("gone")
+        assert queue.delayed("gone") is None
+        assert queue.wait_idle(LIMIT)  # nothing pending: the forgotten add is not waited for
+        queue.add_after("w", "poll", 10)  # due with the forgotten one: the tick that fires it would fire both
+        clock.now += 11
+        assert witness.wait(LIMIT)
+        assert queue.wait_idle(LIMIT)
+    finally:
+        queue.shutdown()
+    assert ran == ["w"]
+
+
+def test_a_terminal_failure_is_told_within_its_pass_not_retried_and_the_next_add_runs_again() -> None:
+    ran: list[frozenset[str]] = []
+    told: list[tuple[str, str, bool, str | None]] = []
+    queues: list[WorkQueue[str]] = []
+
+    def handler(key: str, causes: frozenset[str]) -> Result:
+        ran.append(causes)
+        if len(ran) == 1:
+            raise RuntimeError("a retry")  # retried, with back-off: a failure count to reset
+        if len(ran) == 2:
+            queues[0].add(key, "child")  # added during the terminal pass: exactly one more pass, after it
+            raise Terminal(ValueError("status.phase: not one of the phases"))
+        return DONE
+
+    def terminal(key: str, error: Terminal) -> None:
+        # on the pass's worker: the key is still being processed, and its pass id is set
+        told.append((key, str(error), queues[0].processing(key), current_pass()))
+
+    queues.append(WorkQueue(handler, workers=2, base_delay=0.001, terminal=terminal, label=lambda k: f"K/{k}"))
+    queue = queues[0]
+    try:
+        queue.add("ns/a", "spec")
+        assert queue.wait_idle(LIMIT)
+        assert queue.backoff("ns/a") == 0.001  # reset: no failure is counted against the key any more
+        assert queue.delayed("ns/a") is None  # and no retry is pending
+        queue.add("ns/a", "spec")  # a spec edit: a pass as usual
+        assert queue.wait_idle(LIMIT)
+    finally:
+        queue.shutdown()
+    assert ran == [frozenset({"spec"}), frozenset({"retry"}), frozenset({"child"}), frozenset({"spec"})]
+    assert len(told) == 1
+    key, said, processing, pass_id = told[0]
+    assert (key, said, processing) == ("ns/a", "ValueError: status.phase: not one of the phases", True)
+    assert pass_id is not None
+    assert pass_id.startswith("K/ns/a#")
+
+
+def test_a_terminal_failure_that_cannot_be_told_is_retried() -> None:
+    ran: list[frozenset[str]] = []
+    told: list[str] = []
+
+    def handler(key: str, causes: frozenset[str]) -> Result:
+        ran.append(causes)
+        raise Terminal(ValueError("a bug"))
+
+    def terminal(key: str, error: Terminal) -> None:
+        told.append(key)
+        if len(told) == 1:
+            raise ConnectionError("the API server is away")
+
+    backoff = settled(WorkQueue(handler, workers=1, base_delay=0.001, terminal=terminal), "k")
+    assert ran == [frozenset({"created"}), frozenset({"retry"})]
+    assert told == ["k", "k"]
+    assert backoff == 0.001
+
+
+def test_every_log_line_of_a_pass_carries_its_id_and_lines_outside_passes_none(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log_pass_ids()
+    log_pass_ids()  # installed once: a second call changes nothing
+    logger = logging.getLogger("speculator_operator.test_pass_ids")
+    child = logging.getLogger("kubernetes.client.test_pass_ids")  # another library's logger: the same
+
+    def handler(key: str, causes: frozenset[str]) -> Result:
+        logger.info("reconciling %s", key)
+        child.warning("a slow answer")
+        return DONE
+
+    queue: WorkQueue[str] = WorkQueue(handler, workers=1, label=lambda k: f"SpeculatorDeployment/ns/{k}")
+    with caplog.at_level(logging.INFO):
+        try:
+            logger.info("before any pass")
+            queue.add("a", "spec")
+            assert queue.wait_idle(LIMIT)
+            queue.add("a", "child")
+            assert queue.wait_idle(LIMIT)
+            logger.info("after the passes")
+        finally:
+            queue.shutdown()
+    records = [r for r in caplog.records if r.name in (logger.name, child.name)]
+    ids = [getattr(r, "pass_id", None) for r in records]
+    assert ids[0] is None
+    assert ids[-1] is None
+    assert records[0].getMessage() == "before any pass"
+    first, second = ids[1], ids[3]
+    assert first is not None
+    assert second is not None
+    assert first != second
+    assert ids[1:5] == [first, first, second, second]
+    assert first.startswith("SpeculatorDeployment/ns/a#")
+    assert second.startswith("SpeculatorDeployment/ns/a#")
+    assert records[1].getMessage() == f"pass={first} reconciling a"
+    assert records[4].getMessage() == f"pass={second} a slow answer"
+    assert current_pass() is None

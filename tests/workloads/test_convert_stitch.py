@@ -18,9 +18,9 @@ import pytest
 
 from speculator_harness import S3Info
 from speculator_harness.cluster import free_port
+from speculator_operator.adapters.checkpoints import audit, load_checkpoint, load_verifier_config
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.domain.checkpoint import audit, load_checkpoint, load_verifier_config
 from speculator_operator.domain.releases import get_release
 from speculator_operator.render.serving import DRAFT_DIR, VERIFIER_DIR, Draft, render
 from speculator_operator.render.serving import Inputs as ServingInputs

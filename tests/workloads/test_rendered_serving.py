@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from speculator_harness.cluster import free_port, tail
+from speculator_operator.adapters.checkpoints import load_checkpoint
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.podcontract import REPORT_PATH_ENV, ServerExit, ServerExitReason
-from speculator_operator.domain.checkpoint import load_checkpoint
 from speculator_operator.domain.releases import Release, get_release
 from speculator_operator.pods.serve import LAUNCHER_ENV, PYTHON_ENV
 from speculator_operator.render.serving import DRAFT_DIR, VERIFIER_DIR, Draft, Inputs, render

@@ -42,7 +42,7 @@ def test_the_trainer_images_versions_are_the_release_tables_and_torch_is_a_cuda_
 
 AUDIT = """
 import json, sys
-from speculator_operator.domain.checkpoint import audit
+from speculator_operator.adapters.checkpoints import audit
 from speculator_operator.domain.releases import release_row
 release = release_row(sys.argv[1])
 out = {}

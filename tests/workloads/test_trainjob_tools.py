@@ -19,8 +19,8 @@ import pytest
 
 from speculator_harness import S3Info
 from speculator_harness.cluster import free_port
+from speculator_operator.adapters.checkpoints import audit, load_checkpoint, load_verifier_config
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.domain.checkpoint import audit, load_checkpoint, load_verifier_config
 from speculator_operator.domain.releases import get_release
 from speculator_operator.render.training import WORKSPACE, Inputs, server, stages
 

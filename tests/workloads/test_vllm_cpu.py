@@ -18,7 +18,7 @@ import pytest
 from speculator_harness.cluster import CACHE, free_port, tail
 from speculator_operator.domain.economics import schedule_from_cutoff
 from speculator_operator.domain.releases import get_release, supports
-from speculator_operator.telemetry.acceptance import parse_sample
+from speculator_operator.telemetry.vllm_metrics import parse_sample
 
 from ..xstate import XTILEDATA, held_at_start, offered, on_x86_64_linux
 

@@ -5,7 +5,7 @@ assumes of vLLM, read from that vLLM's installed code without a device (hack/lib
   (domain/releases.py: VLLM_ALGORITHMS), and it refuses the others;
 - every key the renderer writes into --speculative-config for the release is a SpeculativeConfig field (vLLM stops
   at an unknown key);
-- every metric the scrape reads (telemetry/acceptance.py) is named in its source;
+- every metric the scrape reads (telemetry/vllm_metrics.py) is named in its source;
 - the KV connector the extraction servers name is registered, and hs-connectors (which declares no vLLM dependency)
   implements that vLLM's connector API: it imports, leaves no abstract method open, and every method it overrides
   takes the base's parameters.
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from speculator_operator.domain.releases import VLLM_ALGORITHMS
-from speculator_operator.telemetry import acceptance
+from speculator_operator.telemetry import vllm_metrics
 
 from .. import render_cases
 from ..lanes import REPO
@@ -27,8 +27,8 @@ from .images import qualifying, run_image
 
 pytestmark = [pytest.mark.workloads, pytest.mark.images]
 FACTS = REPO / "hack" / "lib" / "vllm_source_facts.py"
-METRICS = [acceptance.DRAFTS, acceptance.DRAFT_TOKENS, acceptance.ACCEPTED, acceptance.PER_POSITION,
-           acceptance.GENERATED, acceptance.RUNNING, acceptance.ITL, acceptance.STEPS]  # fmt: skip
+METRICS = [vllm_metrics.DRAFTS, vllm_metrics.DRAFT_TOKENS, vllm_metrics.ACCEPTED, vllm_metrics.PER_POSITION,
+           vllm_metrics.GENERATED, vllm_metrics.RUNNING, vllm_metrics.ITL, vllm_metrics.STEPS]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

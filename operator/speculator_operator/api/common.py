@@ -47,12 +47,14 @@ class Condition(Model):
     last_transition_time: str | None = Field(default=None, description="RFC 3339 time of the last status change.")
 
 
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def stamp(at: datetime) -> str:
+    """`at` as the status writes a time: RFC 3339 in UTC, to the second."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def set_condition(conditions: list[dict[str, Any]], new: Condition) -> list[dict[str, Any]]:
-    """Conditions with `new` merged in; the transition time moves only when the status changes."""
+def set_condition(conditions: list[dict[str, Any]], new: Condition, now: datetime) -> list[dict[str, Any]]:
+    """Conditions with `new` merged in at `now` (the pass's time, read once by its caller: nothing here reads a
+    clock); the transition time moves only when the status changes, to `new`'s own time or else `now`."""
     out = []
     found = False
     for c in conditions:
@@ -60,13 +62,15 @@ def set_condition(conditions: list[dict[str, Any]], new: Condition) -> list[dict
             found = True
             merged = new.wire()
             same = c.get("status") == new.status
-            merged["lastTransitionTime"] = c.get("lastTransitionTime") if same else (new.last_transition_time or now())
+            merged["lastTransitionTime"] = (
+                c.get("lastTransitionTime") if same else (new.last_transition_time or stamp(now))
+            )
             out.append(merged)
         else:
             out.append(c)
     if not found:
         d = new.wire()
-        d.setdefault("lastTransitionTime", now())
+        d.setdefault("lastTransitionTime", stamp(now))
         out.append(d)
     return out
 
@@ -81,14 +85,19 @@ def make_condition(generation: int, type_: str, ok: bool | None, reason: str, me
     return Condition(type=type_, status=status, reason=reason, message=message[:1500], observed_generation=generation)
 
 
-def merge_status(status: dict[str, Any], generation: int | None, *conds: Condition, **fields: Any) -> dict[str, Any]:
-    """`status` with the conditions merged in, observedGeneration set (left as stored when `generation` is None)
-    and `fields` set (None removes a key)."""
+def merge_status(
+    status: dict[str, Any], generation: int | None, *conds: Condition, now: datetime | None = None, **fields: Any
+) -> dict[str, Any]:
+    """`status` with the conditions merged in at `now` (set_condition; required with any condition), observedGeneration
+    set (left as stored when `generation` is None) and `fields` set (None removes a key)."""
+    if conds and now is None:
+        raise TypeError("conditions are merged at a time: pass now (the pass's time)")
     out = dict(status)
     if conds or generation is not None:
         conditions = list(out.get("conditions") or [])
         for c in conds:
-            conditions = set_condition(conditions, c)
+            assert now is not None
+            conditions = set_condition(conditions, c, now)
         out["conditions"] = conditions
     if generation is not None:
         out["observedGeneration"] = generation
@@ -105,17 +114,17 @@ def stored(status: BaseModel) -> dict[str, Any]:
     return status.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
 
 
-def evolve(status: S, generation: int | None, *conds: Condition, **fields: Any) -> S:
-    """`status` with the conditions merged by type (`set_condition`), observedGeneration set (left as it is
-    when `generation` is None) and `fields` set by their Python names (None removes one). The result is validated:
-    a field the model has no name for is a TypeError here, a value of the wrong shape a ValidationError, where
-    a dict would have been pruned by the API server without a word."""
+def evolve(status: S, generation: int | None, *conds: Condition, now: datetime | None = None, **fields: Any) -> S:
+    """`status` with the conditions merged by type at `now` (`set_condition`; required with any condition),
+    observedGeneration set (left as it is when `generation` is None) and `fields` set by their Python names (None
+    removes one). The result is validated: a field the model has no name for is a TypeError here, a value of the
+    wrong shape a ValidationError, where a dict would have been pruned by the API server without a word."""
     model = type(status)
     unknown = sorted(set(fields) - set(model.model_fields))
     if unknown:
         raise TypeError(f"{model.__name__} has no field {', '.join(unknown)}")
     wire = {model.model_fields[k].alias or k: _wire(v) for k, v in fields.items()}
-    return model.model_validate(merge_status(stored(status), generation, *conds, **wire))
+    return model.model_validate(merge_status(stored(status), generation, *conds, now=now, **wire))
 
 
 def _wire(value: Any) -> Any:

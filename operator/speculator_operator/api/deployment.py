@@ -8,7 +8,9 @@ from pydantic import ConfigDict, Field
 
 from speculator_operator.api.canary import Canary, CanaryStatus
 from speculator_operator.api.common import Condition, Model, SecretRef
-from speculator_operator.api.parallelism import PARALLEL_FLAGS, Layout, Parallelism, layout, layout_rules
+from speculator_operator.api.parallelism import PARALLEL_FLAGS, Parallelism, layout, layout_rules
+from speculator_operator.domain.location import Location, Scheme
+from speculator_operator.domain.parallelism import Layout
 
 # what a draft served by vLLM can be (speculators_model_type; mtp: a head stitched into its verifier), spelled out
 # for the schema (tests/unit/test_one_table.py checks it against the algorithm table)
@@ -62,19 +64,24 @@ class Verifier(Model):
     )
 
     @property
+    def location(self) -> Location:
+        """The model's location (a bare org/name is a hub id)."""
+        return Location.parse(self.model, bare=Scheme.HUB)
+
+    @property
     def is_hub(self) -> bool:
-        return not self.model.startswith(("s3://", "pvc://"))
+        return self.location.is_hub
 
     @property
     def uri(self) -> str:
         """hf://org/name, s3://..., or pvc://... (a bare org/name is a hub id)."""
-        return f"hf://{self.model.removeprefix('hf://')}" if self.is_hub else self.model
+        return self.location.uri
 
     @property
     def config_location(self) -> str | None:
         """Where the operator reads the verifier's config.json (pinned to `revision` on the hub); None
         for pvc://, which only the pods mount."""
-        if self.model.startswith("pvc://"):
+        if self.location.is_pvc:
             return None
         return f"{self.uri}@{self.revision}" if self.is_hub else self.model
 
@@ -579,6 +586,19 @@ class HandedOver(Model):
     speculator: str = Field(
         description="A digest of spec.speculator when it was taken: an edit of spec.speculator supersedes it."
     )
+
+
+class ServingState(Model):
+    """What the serving workload says of one revision (planning/deployment.py `serving_status`): the status carries
+    it as replicas, readyReplicas and updatedReplicas and as the Serving condition (ready, reason, problem). Not a
+    field of the status itself."""
+
+    ready: bool = Field(description="Every wanted replica of the revision is updated, available and alone.")
+    reason: str = Field(description="The Serving condition's reason (RolledOut, RollingOut, a stuck pod's, ...).")
+    replicas: int = Field(description="Replicas wanted.")
+    ready_replicas: int = Field(description="Ready replicas (ready groups on LeaderWorkerSet).")
+    updated_replicas: int = Field(description="Replicas at the revision (whole groups on LeaderWorkerSet).")
+    problem: str | None = Field(default=None, description="Why it is stuck, in the kubelet's or API server's words.")
 
 
 class Requests(Model):

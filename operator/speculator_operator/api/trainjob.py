@@ -15,9 +15,10 @@ from pydantic import ConfigDict, Field
 
 from speculator_operator.api.common import Condition, Model, SecretRef
 from speculator_operator.api.deployment import OWNED_FLAGS, AuditSummary, Verifier, extra_args_schema
-from speculator_operator.api.parallelism import Layout, Parallelism, layout, layout_rules
+from speculator_operator.api.parallelism import Parallelism, layout, layout_rules
 from speculator_operator.domain.algorithms import CONVERTIBLE, DFLASH_TRAINABLE
 from speculator_operator.domain.algorithms import Algorithm as Algo
+from speculator_operator.domain.parallelism import Layout
 
 # the algorithm table's trainable ones, spelled out for the schema (a test checks they agree)
 Algorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]

@@ -1,5 +1,6 @@
-"""The kopf adapters: one module per kind (deployment, trainjob) and the loops beside them (telemetry scrapes,
-retention prunes); each reads, asks a planner, applies and writes status. `kopf run -m speculator_operator.controllers`
+"""The kopf adapters: one pass per kind (deployment, trainjob) and the loops beside them (telemetry scrapes,
+retention prunes); each pass observes, asks a planner, has the executor write and writes status once. Every
+watch is declared in watches.py. `kopf run -m speculator_operator.controllers`
 (or `speculator-operator run`) starts them."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 import kopf
 
 from speculator_operator.api.labels import MANAGED_BY_LABEL
-from speculator_operator.controllers import deployment, telemetry, trainjob  # noqa: F401  (registers the handlers)
+from speculator_operator.controllers import watches  # noqa: F401  (registers the handlers)
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import settings as operator_settings

@@ -1,4 +1,7 @@
-"""kopf handlers for SpeculatorDeployment: read -> plan -> apply -> status. No decisions live here."""
+"""The pass of a SpeculatorDeployment: observe -> plan -> execute -> status. Each step reads what it needs, asks
+a planner (planning/), hands the writes it plans to the executor (runtime/executor.py) and folds what they came to
+into the one status write; decisions live in the planners, the watches that enqueue its key in
+controllers/watches.py."""
 
 from __future__ import annotations
 
@@ -6,25 +9,22 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from typing import Any, cast
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from speculator_operator.api.common import GROUP, VERSION, evolve, now
+from speculator_operator.adapters.checkpoints import load_served, read_verifier
+from speculator_operator.adapters.sources import open_source
+from speculator_operator.api.common import evolve, stamp
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
-from speculator_operator.api.labels import DEPLOYMENT_LABEL, TRACK_LABEL
+from speculator_operator.api.labels import DEPLOYMENT_LABEL
 from speculator_operator.controllers import drift, observed, telemetry
 from speculator_operator.controllers.queues import DEPLOYMENTS
-from speculator_operator.domain.checkpoint import (
-    CheckpointError,
-    SourceError,
-    audit,
-    load_served,
-    open_source,
-    read_verifier,
-)
+from speculator_operator.domain.checkpoint import CheckpointError, SourceError, audit
+from speculator_operator.domain.location import Location
 from speculator_operator.domain.priors import pair_size
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import Problem, parse_spec, requests
@@ -33,46 +33,43 @@ from speculator_operator.planning.deployment import (
     Observed,
     Plan,
     apply_failed,
+    clean_up,
     failed,
     group_poll_due,
     layout_change_done,
     needs_pods,
     plan,
     refresh_serving,
-    retire,
     waits_for_group_api,
 )
 from speculator_operator.planning.handover import offer_due, offer_of, served, take_offer
 from speculator_operator.planning.health import deployment_health
-from speculator_operator.planning.inputs import InputAction, draft_change, verifier_change
-from speculator_operator.planning.passes import READINESS_PRIORITY, Cause, Step, deployment_steps, refresh_cause
-from speculator_operator.planning.pods import pod_problem
+from speculator_operator.planning.judgement import judge
+from speculator_operator.planning.passes import Cause, Step, deployment_steps, refresh_cause
+from speculator_operator.planning.poll import Polled, draft_polled, retrain_after_reconcile, verifier_polled
 from speculator_operator.planning.requests import Request
 from speculator_operator.planning.retrain import (
     adopt_retrain,
     holds_for_retrain,
-    retrain_due,
-    retrain_job,
+    plan_retrain,
     retrain_refused,
-    retrain_status,
+    retraining,
     train_job_output,
 )
 from speculator_operator.planning.watched import pods_agree
+from speculator_operator.planning.writes import Apply, Writes, deletes
 from speculator_operator.render import group
 from speculator_operator.render.serving import group_name, workload_kind, workload_name
 from speculator_operator.runtime import kube, metrics
-from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.runtime import settings as operator_settings
-from speculator_operator.runtime.controller import HOOKS, PassStatus
+from speculator_operator.runtime.controller import PassStatus
+from speculator_operator.runtime.executor import Created, Executor, Refused, Terminating
 from speculator_operator.runtime.kube import (
     RESYNC_SECONDS,
     RETRY_SECONDS,
     CredentialsError,
-    api_message,
-    apply_children,
     current_child,
     list_pods,
-    namespace_terminating,
     secret_data,
 )
 from speculator_operator.runtime.workqueue import DONE, Result
@@ -164,7 +161,7 @@ def _observe_inputs(
             obs.problem = ("VerifierUnreadable", str(exc))
             return obs
         verifier, obs.verifier_revision, obs.verifier_content = ref.config, ref.revision, ref.content
-        if spec.verifier.model.startswith("s3://"):
+        if spec.verifier.location.is_s3:
             obs.verifier_manifest = ref.manifest  # the files its pods stage
     else:
         obs.verifier_revision = spec.verifier.revision  # a pvc:// verifier is read by the pods, which mount it
@@ -212,35 +209,44 @@ ORDER = (
     "scrape",
 )
 CONTROLLER = DEPLOYMENTS
-periodic.controlled(PLURAL, CONTROLLER)
 
 
 class _Pass:
-    """One pass of one SpeculatorDeployment: its steps change `status` (a PassStatus) and collect events; the
-    pass writes the status once and posts the events at its end."""
+    """One pass of one SpeculatorDeployment: each step observes, asks a planner, has the executor carry out the
+    writes it plans (runtime/executor.py) and folds what they came to into `status` (a PassStatus); the pass
+    writes the status once, and the executor posts the events at its end."""
 
     def __init__(self, raw: dict[str, Any], seen: observed.Seen | None = None) -> None:
-        self.raw, self.body = raw, kopf.Body(cast(kopf.RawBody, raw))
+        self.raw = raw
+        self.executor = Executor(raw, CONTROLLER.applying, CONTROLLER.recorder)
         self.seen = seen  # the child and pods as the watches showed them (controllers/observed.py)
         meta = raw["metadata"]
         self.namespace, self.name, self.uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
         self.generation = int(meta.get("generation") or 0)
+        self.now = datetime.now(UTC)  # the pass's time, read once: every decision in it is made at this time
         self.status = PassStatus(
-            SpeculatorDeploymentStatus, PLURAL, self.namespace, self.name, raw.get("status") or {}, deployment_health
+            SpeculatorDeploymentStatus,
+            PLURAL,
+            self.namespace,
+            self.name,
+            raw.get("status") or {},
+            partial(deployment_health, now=self.now),
         )
-        self.events: list[tuple[str, str, str]] = []
         self.reconciled: Plan | None = None
         self.retry = False
 
     def reconcile(self, cause: str, restoring: drift.Restoring | None = None) -> Plan:
-        """Observe, plan, apply the children: the whole reconcile, the status it plans kept for the pass's
-        write. `restoring` re-applies children whose rendered form did not change: one was changed or deleted
-        by hand; a ChildRestored event says what the apply took back."""
+        """Observe, plan, execute (the children applied, then what the plan deletes): the whole reconcile, the
+        status it plans and what its apply came to (ApplyFailed) kept for the pass's write. `restoring`
+        re-applies children whose rendered form did not change: one was changed or deleted by hand; a
+        ChildRestored event says what the apply took back."""
         current = self.status.status
         parsed = parse_spec(SpeculatorDeploymentSpec, self.raw.get("spec") or {}, current.release)
         known: dict[drift.Ref, dict[str, Any] | None] = {}
         if isinstance(parsed, Problem):
-            p = failed(Observed(generation=self.generation, status=current), parsed.reason, parsed.message)
+            p = failed(
+                Observed(generation=self.generation, status=current), parsed.reason, parsed.message, now=self.now
+            )
         else:
             obs = _observe_inputs(self.name, self.namespace, parsed[0], parsed[1], self.generation, current)
             p = plan(
@@ -251,6 +257,7 @@ class _Pass:
                 parsed[1],
                 obs,
                 operator_settings.current().image_pull_secrets,
+                now=self.now,
             )
             layout = parsed[0].serving.layout
             # read by this pass: not read again to apply
@@ -259,88 +266,75 @@ class _Pass:
         self.status.set(p.status, cause)
         self.reconciled = p
         if p.children:
-            try:
-                HOOKS.applying(self.namespace, self.name)
-                applied = apply_children(p.children, force=restoring is not None, known=known)
-            except ApiException as exc:
-                if namespace_terminating(exc):
-                    log.info("%s/%s: not applied, the namespace is being deleted", self.namespace, self.name)
-                    return p
-                message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
-                self.status.set(apply_failed(p.status, self.generation, message), cause)
-                self.events.append(("Warning", "ApplyFailed", message))
+            apply = Apply(p.children, force=restoring is not None, known=known)
+            outcome = self.executor.execute(Writes(apply=apply, deletes=deletes(p.prune)))
+            if isinstance(outcome.apply, Terminating):
+                return p
+            if isinstance(outcome.apply, Refused):
+                message = outcome.apply.message
+                self.status.set(apply_failed(p.status, self.generation, message, now=self.now), cause)
+                self.executor.say(("Warning", "ApplyFailed", message))
                 self.retry = True
                 return p
+            applied = outcome.applied
             if ("Deployment", self.name) in applied:
                 observed.applied(applied[("Deployment", self.name)].after)
             said = drift.restored(restoring, applied) if restoring else None
             if said:
                 log.info("%s/%s: %s; restored", self.namespace, self.name, said)
-                self.events.append(("Normal", "ChildRestored", f"{said}; restored"))
-            for api_version, kind, name in p.prune:
-                kube.delete_object(api_version, kind, self.namespace, name)
-        self.events.extend(p.events)
+                self.executor.say(("Normal", "ChildRestored", f"{said}; restored"))
+        self.executor.say(*p.events)
         return p
 
-    def poll(self, parsed: SpeculatorDeploymentSpec) -> None:
-        """upgradePolicy: resolve the verifier and the draft revisions again and act on a change
-        (onVerifierChange, onDraftChange)."""
-        current = self.status.status
+    def poll(self, parsed: SpeculatorDeploymentSpec) -> Polled:
+        """upgradePolicy: resolve the verifier's revision (and the draft's, when the verifier's poll asks) again:
+        what a change comes to (onVerifierChange, onDraftChange) is the plan returned (planning/poll.py)."""
         try:
             resolved = resolve_verifier_revision(parsed, self.namespace)
         except (CheckpointError, CredentialsError) as exc:
             log.warning("%s/%s: verifier revision not resolved: %s", self.namespace, self.name, exc)
-            return
-        action, new_status = verifier_change(parsed, current, resolved, self.generation)
-        if action == InputAction.REDEPLOY:
-            p = self.reconcile(Cause.POLL)
-            if resolved and retrain_due(parsed, action, p.status, resolved):
-                self.start_retrain(parsed, resolved)
-            return
-        if action == InputAction.RETRAIN and resolved:
-            if retrain_due(parsed, action, current, resolved):
-                self.start_retrain(parsed, resolved)
-            return
-        if new_status is not None:
-            self.status.set(new_status, Cause.POLL)
-        if holds_for_retrain(self.status.status, self.generation):
-            return  # the pair is pinned until the retrained draft is handed over
+            return Polled()
+        return verifier_polled(parsed, self.status.status, resolved, self.generation, now=self.now)
+
+    def poll_draft(self, parsed: SpeculatorDeploymentSpec) -> Polled:
         try:
             draft = resolve_draft_revision(parsed, self.namespace, self.status.status)
         except (CheckpointError, CredentialsError) as exc:
             log.warning("%s/%s: draft revision not resolved: %s", self.namespace, self.name, exc)
-            return
-        change = draft_change(parsed, self.status.status, draft, self.generation)
-        self.events.extend(change.events)
-        if change.action == InputAction.REDEPLOY:
-            self.reconcile(Cause.POLL)
-        elif change.status is not None:
-            self.status.set(change.status, Cause.POLL)
+            return Polled()
+        return draft_polled(parsed, self.status.status, draft, self.generation, now=self.now)
+
+    def follow(self, parsed: SpeculatorDeploymentSpec, polled: Polled) -> None:
+        """Carry out a poll's plan: its status and events, the reconcile, the retraining, the draft's poll."""
+        if polled.status is not None:
+            self.status.set(polled.status, Cause.POLL)
+        self.executor.say(*polled.events)
+        before = self.status.status
+        if polled.reconcile:
+            before = self.reconcile(Cause.POLL).status
+        if polled.retrain and (
+            not polled.retrain_if_degraded or retrain_after_reconcile(parsed, before, polled.retrain)
+        ):
+            self.start_retrain(parsed, polled.retrain)
+        if polled.draft:
+            self.follow(parsed, self.poll_draft(parsed))
 
     def start_retrain(self, spec: SpeculatorDeploymentSpec, revision: str, request: str | None = None) -> None:
-        """Create the SpeculatorTrainJob for the new verifier revision (once: its name is per revision, and per
-        retrain request)."""
-        current = self.status.status
-        try:
-            manifest = retrain_job(self.name, self.namespace, self.uid, spec, revision, request,
-                                   kept_release=current.release)  # fmt: skip
-        except ValueError as exc:
-            self.status.set(retrain_status(current, self.generation, None, revision, str(exc)), "retrain")
-            self.events.append(("Warning", "RetrainUnavailable", str(exc)))
-            return
-        job = manifest["metadata"]["name"]
-        try:
-            kube.create_custom(TRAIN_JOBS, self.namespace, manifest)
-            self.events.append(("Normal", "Retraining", f"SpeculatorTrainJob {job} for verifier {revision}"))
-        except ApiException as exc:
-            if exc.status != 409:  # 409: created before (a restart, or the last poll)
-                raise
-        self.status.set(retrain_status(current, self.generation, job, revision, None), "retrain")
+        """Create the SpeculatorTrainJob for the new verifier revision (planning/retrain.plan_retrain: once, its
+        name is per revision, and per retrain request; one that exists already was created before)."""
+        new, writes = plan_retrain(self.name, self.namespace, self.uid, spec, self.status.status, self.generation,
+                                   revision, request, now=self.now)  # fmt: skip
+        outcome = self.executor.execute(writes)
+        for created in outcome.created:
+            if isinstance(created, Created):
+                self.executor.say(retraining(created.name, revision))
+        self.status.set(new, "retrain")
 
-    def refresh(self, parsed: SpeculatorDeploymentSpec, cause: str) -> None:
+    def refresh(self, parsed: SpeculatorDeploymentSpec, cause: str) -> Writes:
         """The replica counts and readiness from the child Deployment (and, while it rolls out, the pods' own
-        words: a stuck pod's problem; once rolled out, the image the kubelet runs). The child and pods that a
-        watch's event showed are used when held (the pods only when they agree with the child), else read."""
+        words: a stuck pod's problem; once rolled out, the image the kubelet runs), and what goes once the new
+        pair serves (planning/deployment.clean_up): the writes returned. The child and pods that a watch's
+        event showed are used when held (the pods only when they agree with the child), else read."""
         current, seen = self.status.status, self.seen
         multi_node = parsed.serving.layout.multi_node
         # the watches hold Deployments only: a LeaderWorkerSet is read (its API may be missing: nothing to refresh)
@@ -348,24 +342,17 @@ class _Pass:
         if child is None:
             child, served = workload(self.namespace, self.name, parsed)
             if not served:
-                return
+                return Writes()
         pods = None
         if needs_pods(current, parsed):
             agree = seen is not None and pods_agree(child, seen.pods)
             pods = seen.pods if seen is not None and agree else deployment_pods(self.namespace, self.name)
-        new = refresh_serving(parsed, current, child, self.generation, pods)
-        done = canaries.promoted(new, self.name, now())
-        if done is not None:  # the promoted revision serves every replica: the canary's Deployment goes
-            new = evolve(new, None, canary=done[0])
-            kube.delete_object(*done[1][:2], self.namespace, done[1][2])
+        new = refresh_serving(parsed, current, child, self.generation, pods, now=self.now)
+        # the workload of the other kind (a layout change) is looked for only when the new one just became ready
+        other = other_workload(self.namespace, self.name, parsed) if layout_change_done(current, new) else None
+        new, gone, said = clean_up(new, self.name, parsed, other, new.revision, self.now)
         self.status.set(new, cause)
-        if layout_change_done(current, new):
-            # a layout change is done when the new workload is ready: the one of the other kind goes
-            other = other_workload(self.namespace, self.name, parsed)
-            if other is not None:
-                (api_version, kind, name), event = retire(other, new.revision, parsed)
-                kube.delete_object(api_version, kind, self.namespace, name)
-                self.events.append(event)
+        return Writes(deletes=deletes(gone), events=tuple(said))
 
     def retrain_now(self, parsed: SpeculatorDeploymentSpec, request: str) -> None:
         """A retrain request (planning/requests.py): a train job from upgradePolicy.trainTemplate for the verifier
@@ -373,7 +360,7 @@ class _Pass:
         current = self.status.status
         refused = retrain_refused(parsed, current)
         if refused is not None:
-            self.events.append(("Warning" if refused[0] == "RetrainUnavailable" else "Normal", *refused))
+            self.executor.say(("Warning" if refused[0] == "RetrainUnavailable" else "Normal", *refused))
             return
         try:
             revision = resolve_verifier_revision(parsed, self.namespace) or current.verifier_revision
@@ -381,8 +368,8 @@ class _Pass:
             revision = current.verifier_revision
             log.warning("%s/%s: verifier revision not resolved: %s", self.namespace, self.name, exc)
         if not revision:
-            self.events.append(("Warning", "RetrainUnavailable", "retrain requested: the verifier's revision is "
-                                "not known yet"))  # fmt: skip
+            self.executor.say(("Warning", "RetrainUnavailable", "retrain requested: the verifier's revision is "
+                               "not known yet"))  # fmt: skip
             return
         self.start_retrain(parsed, revision, request)
 
@@ -397,22 +384,18 @@ class _Pass:
             log.info("%s/%s: not taking %s's output: %s", self.namespace, self.name, job, taken.message)
             return None
         self.status.set(evolve(self.status.status, None, handed_over=taken), Cause.TRAINJOB)
-        self.events.append(("Normal", "HandedOver", f"SpeculatorTrainJob {job} published {taken.uri}; it is "
-                            "served in place of spec.speculator (status.handedOver)"))  # fmt: skip
+        self.executor.say(("Normal", "HandedOver", f"SpeculatorTrainJob {job} published {taken.uri}; it is "
+                           "served in place of spec.speculator (status.handedOver)"))  # fmt: skip
         return job
 
-    def post(self) -> None:
-        for type_, reason, message in self.events:
-            kopf.event(self.body, type=type_, reason=reason, message=message[:1024])
 
-
-@DEPLOYMENTS.handles
 def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     """One pass of a SpeculatorDeployment (runtime/controller.py): the stored object now and what was observed
     for it (a scrape's judgement, children changed by hand) -> the steps its causes ask for -> one status
-    write -> its events. The steps, in order: the acceptance judgement (a tuned K rolls a new revision); the
-    whole reconcile (a new generation, a retry, a train job's output, a tuned K), or else a restoration of
-    children changed by hand, or else the input poll; then, if nothing reconciled, the serving counts."""
+    write -> its events (posted by the executor, which carried out every write the steps planned). The steps,
+    in order: the acceptance judgement (a tuned K rolls a new revision); the whole reconcile (a new generation, a
+    retry, a train job's output, a tuned K), or else a restoration of children changed by hand, or else the input
+    poll; then, if nothing reconciled, the serving counts."""
     namespace, name = key
     raw = kube.read_custom(PLURAL, namespace, name)
     drifts, seen = drift.take(key), observed.take(key)
@@ -427,12 +410,12 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         tuned = decided = False
         judged = telemetry.held(key)
         if judged is not None and parsed is not None:
-            new, tuned, events = telemetry.judge(parsed, one.status.status, judged, one.generation)
-            one.events.extend(events)
+            new, tuned, events = judge(parsed, one.status.status, judged, one.generation, now=one.now)
+            one.executor.say(*events)
             if new is not None:
                 one.status.set(new, "tuning" if tuned else "scrape")
-            counted, said, verdict = canaries.judge_intervals(parsed, one.status.status, judged.canary, now())
-            one.events.extend(said)
+            counted, said, verdict = canaries.judge_intervals(parsed, one.status.status, judged.canary, stamp(one.now))
+            one.executor.say(*said)
             if counted is not None:
                 one.status.set(counted, "canary" if verdict else "scrape")
             if verdict is not None:
@@ -458,14 +441,14 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         if steps.main in (Step.RECONCILE, Step.RESTORE):
             one.reconcile(steps.cause, restoring=restoring)
         elif steps.main == Step.POLL and parsed is not None:
-            one.poll(parsed)
+            one.follow(parsed, one.poll(parsed))
         if steps.refresh and one.reconciled is None and parsed is not None:
-            one.refresh(parsed, refresh_cause(causes))
+            one.executor.execute(one.refresh(parsed, refresh_cause(causes)))
         if Request.RETRAIN in asked and parsed is not None:
             one.retrain_now(parsed, asked[Request.RETRAIN])
         one.status.set(requests.acted(one.status.status, asked), Cause.REQUEST)
     one.status.write(ORDER)
-    one.post()
+    one.executor.post()
     if one.retry or (one.reconciled is not None and one.status.status.phase == "Pending"):
         # an input could not be read, or the apply failed: again later (the status says which and why)
         return Result(after=RETRY_SECONDS, cause=Cause.RETRY)
@@ -498,7 +481,7 @@ def resolve_draft_revision(
 ) -> str | None:
     """The draft's revision now (a listing or a model_info call, no download), or None if it cannot be said."""
     located = _draft_location(spec, namespace, status)
-    if isinstance(located, Problem) or located[0].startswith("pvc://"):
+    if isinstance(located, Problem) or Location.parse(located[0]).is_pvc:
         return None
     source, secret, _ = located
     try:
@@ -507,64 +490,9 @@ def resolve_draft_revision(
         raise CheckpointError(str(exc)) from None
 
 
-_polled: dict[str, float] = {}  # uid -> when its inputs were last resolved (monotonic)
-metrics.tracked("deployment.polled", lambda: len(_polled))
-
-
-@periodic.every(PLURAL, interval=POLL_TICK_SECONDS)
-async def poll_inputs(body: kopf.Body) -> None:
-    """Every upgradePolicy.pollIntervalSeconds: the object is enqueued with the cause "poll" (its pass resolves
-    the revisions). The tick itself stays on the event loop."""
-    parsed = parsed_spec(body.spec)
-    meta = body.get("metadata", {})
-    namespace, uid = meta.get("namespace"), meta["uid"]
-    if namespace is None or parsed is None:
-        return
-    now = time.monotonic()
-    last = _polled.get(uid)
-    if last is not None and now - last < parsed.upgrade_policy.poll_interval_seconds:
-        return
-    _polled[uid] = now
-    if last is None:
-        return  # the first reconcile has just resolved them
-    CONTROLLER.enqueue(namespace, meta["name"], Cause.POLL)
-
-
 def offers(key: tuple[str, str]) -> dict[str, tuple[str, str]]:
     """The succeeded train jobs whose spec.deployTo names the deployment `key`, as their watch showed them."""
     return dict(_offers.get(key) or {})
-
-
-@periodic.on_gone(PLURAL)
-def _forget(namespace: str, name: str, uid: str) -> None:
-    _polled.pop(uid, None)
-    drift.forget((namespace, name))
-    observed.forget((namespace, name))
-
-
-@kopf.on.startup()
-def _fresh(**_: Any) -> None:
-    _polled.clear()
-    _offers.clear()
-    drift.clear()
-    observed.clear()
-
-
-@kopf.index(GROUP, VERSION, PLURAL)
-async def fed_by(*, namespace: str | None, name: str | None, spec: kopf.Spec, status: kopf.Status,
-                 **_: Any) -> dict[Any, Any]:  # fmt: skip
-    """(namespace, train job) -> the deployments serving its output (speculator.fromTrainJob) and the draft each
-    serves now: a train job's event finds them without a read."""
-    job = (spec.get("speculator") or {}).get("fromTrainJob")
-    return {(namespace, job): (name, status.get("draftSource"))} if job else {}
-
-
-@kopf.index(GROUP, VERSION, PLURAL)
-async def handed_to(*, namespace: str | None, name: str | None, status: kopf.Status, **_: Any) -> dict[Any, Any]:
-    """(namespace, deployment) -> the (train job, location) handed over to it: a train job's event that offers what
-    is served already enqueues nothing."""
-    handed = status.get("handedOver") or {}
-    return {(namespace, name): (handed.get("trainJob"), handed.get("uri"))} if handed else {}
 
 
 # (namespace, deployment) -> {train job: (completionTime, uri)}: the succeeded train jobs whose spec.deployTo names
@@ -572,7 +500,7 @@ async def handed_to(*, namespace: str | None, name: str | None, status: kopf.Sta
 _offers: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
 
 
-def _hold_offer(body: kopf.Body, namespace: str, type_: str | None) -> tuple[str, str] | None:
+def hold_offer(body: kopf.Body, namespace: str, type_: str | None) -> tuple[str, str] | None:
     """Keep (or drop) the offer a train job's event shows (planning/handover.offer_of): the (deployment, uri) it
     offers, or None."""
     job = str((body.get("metadata") or {}).get("name") or "")
@@ -586,92 +514,6 @@ def _hold_offer(body: kopf.Body, namespace: str, type_: str | None) -> tuple[str
     return target, uri
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def requested(*, body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
-    """A request annotation with a value not yet acted on (planning/requests.py): the object is enqueued with the
-    cause "request". Told apart in the event loop: the pass records the value, so its own write enqueues nothing."""
-    if namespace is None or type == "DELETED":
-        return
-    meta = body.get("metadata") or {}
-    if requests.pending(meta.get("annotations"), (body.get("status") or {}).get("requests")):
-        CONTROLLER.enqueue(namespace, str(meta.get("name") or ""), Cause.REQUEST)
-
-
-@kopf.on.event(GROUP, VERSION, TRAIN_JOBS)
-async def train_job_changed(*, body: kopf.Body, namespace: str | None, type: str | None, **kwargs: Any) -> None:
-    """A train job finished: the deployments serving its output (speculator.fromTrainJob) and the one its
-    spec.deployTo names move now (enqueued with the cause "trainjob"), unless one serves that output already.
-    Told apart in the event loop."""
-    status = body.get("status") or {}
-    phase = status.get("phase")
-    if namespace is None:
-        return
-    offered = _hold_offer(body, namespace, type)
-    job = str(body.get("metadata", {}).get("name") or "")
-    if offered is not None:
-        target, offered_uri = offered
-        handed: kopf.Index[Any, Any] = kwargs["handed_to"]
-        if (job, offered_uri) not in list(handed.get((namespace, target), [])):
-            CONTROLLER.enqueue(namespace, target, Cause.TRAINJOB)
-    if phase not in ("Succeeded", "Failed"):
-        return
-    uri = (status.get("checkpoint") or {}).get("uri")
-    index: kopf.Index[Any, Any] = kwargs["fed_by"]
-    for owner, serving in index.get((namespace, body.get("metadata", {}).get("name")), []):
-        if phase == "Succeeded" and serving == uri:
-            continue  # already serving it
-        CONTROLLER.enqueue(namespace, owner, Cause.TRAINJOB)
-
-
-_children = observed.SERVING
-
-
-@kopf.on.event("apps", "v1", "deployments", labels=_children)  # type: ignore[arg-type]
-async def child_changed(*, body: kopf.Body, namespace: str | None, type: str, **kwargs: Any) -> None:
-    """A child Deployment moved: its owner is enqueued (replica counts, readiness; ahead of the other quick passes
-    when its ready count moved), with the child and its pods as watched held for the pass, unless nothing the
-    counts read changed; deleted or changed by hand, with
-    that held for the pass, which restores it."""
-    owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
-    if not owner or not type or namespace is None:
-        return
-    drifted = drift.hold(body, namespace, owner, type)
-    changed = observed.moved(body, type)
-    if drifted:
-        observed.forget((namespace, owner))  # its pass reads the child itself: one held before may be gone
-        CONTROLLER.enqueue(namespace, owner, Cause.DRIFT)
-    elif changed:
-        # a canary's Deployment is not the serving workload the counts read: its pods are held, the child is not
-        main = TRACK_LABEL not in ((body.get("metadata") or {}).get("labels") or {})
-        observed.hold((namespace, owner), observed.pods(kwargs, (namespace, owner)), child=body if main else None)
-        first = READINESS_PRIORITY if changed is observed.Moved.READINESS else 0
-        CONTROLLER.enqueue(namespace, owner, Cause.CHILD, first)
-
-
-@kopf.on.event("", "v1", "services", labels=_children)  # type: ignore[arg-type]
-@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=_children)  # type: ignore[arg-type]
-async def other_child_changed(*, body: kopf.Body, namespace: str | None, type: str, **_: Any) -> None:
-    """A child Service or PodDisruptionBudget deleted or changed by hand: its owner restores it."""
-    owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
-    if owner and namespace is not None and type and drift.hold(body, namespace, owner, type):
-        CONTROLLER.enqueue(namespace, owner, Cause.DRIFT)
-
-
-@kopf.on.event("", "v1", "pods", labels=_children)  # type: ignore[arg-type]
-async def pod_changed(*, body: kopf.Body, namespace: str | None, type: str, **kwargs: Any) -> None:
-    """A serving pod got stuck (an image the node cannot get, a crash loop, no node for it): its owner says
-    so (the pods as watched held for its pass). Other pod events change nothing the Deployment's own status
-    does not already say."""
-    owner = (body.get("metadata", {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
-    if owner and namespace is not None and type != "DELETED" and pod_problem(dict(body)) is not None:
-        observed.hold((namespace, owner), observed.pods(kwargs, (namespace, owner)))
-        CONTROLLER.enqueue(namespace, owner, Cause.CHILD)
-
-
-@periodic.every(PLURAL, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS / 2)
-async def resync(body: kopf.Body) -> None:
-    """A missed child event must not leave the status stale: the object is compared with its child now and
-    then, by a pass that writes only when something differs."""
-    meta = body.get("metadata", {})
-    if meta.get("namespace"):
-        CONTROLLER.enqueue(meta["namespace"], meta["name"], Cause.RESYNC)
+def forget_offers() -> None:
+    """A fresh start: the watch lists every train job again."""
+    _offers.clear()

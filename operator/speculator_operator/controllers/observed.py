@@ -36,7 +36,6 @@ class Seen:
 SERVING = {MANAGED_BY_LABEL: MANAGED_BY, DEPLOYMENT_LABEL: kopf.PRESENT}  # the operator's serving children
 
 
-@kopf.index("", "v1", "pods", labels=SERVING)  # type: ignore[arg-type]
 async def serving_pods(*, namespace: str | None, body: kopf.Body, **_: Any) -> dict[Any, Any]:
     """(namespace, owner) -> its serving pods, trimmed (planning/watched.trimmed_pod), kept by kopf from the pod
     watch; kopf runs no handler before every index has its first listing, so a child's event finds them all. A

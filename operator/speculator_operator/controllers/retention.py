@@ -1,5 +1,6 @@
-"""Apply a train job's output.keepLatest once it has published: list what was published under output.uri
-and what the cluster still names, delete the rest (the decisions: planning/retention.py).
+"""A train job's output.keepLatest once it has published: list what was published under output.uri and what
+the cluster still names, and plan the rest's deletion (the decisions: planning/retention.py; the deletes:
+runtime/executor.py).
 
 Without the whole cluster's view (a ReplicaSet or a custom resource that cannot be listed) nothing is
 deleted: a location is removed only when it is known that nothing names it.
@@ -11,15 +12,15 @@ import json
 import logging
 from typing import Any
 
-import kopf
 from kubernetes.client.exceptions import ApiException
 
+from speculator_operator.adapters.sources import s3_client
 from speculator_operator.api.labels import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
-from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
+from speculator_operator.api.trainjob import Retention, SpeculatorTrainJobSpec
 from speculator_operator.domain.checkpoint.manifest import LATEST, PROVENANCE
-from speculator_operator.domain.checkpoint.sources import s3_client
+from speculator_operator.domain.location import Location
 from speculator_operator.planning.retention import PUBLISHED, Published, prunable, references, retention_status
-from speculator_operator.planning.trainjob import retained
+from speculator_operator.planning.writes import DeleteFolders, Writes
 from speculator_operator.render.serving import MANAGED_BY
 from speculator_operator.runtime import kube
 from speculator_operator.runtime.kube import CredentialsError, secret_data
@@ -48,18 +49,6 @@ def _published(s3: Any, bucket: str, prefix: str) -> tuple[list[Published], str 
     return found, f"s3://{bucket}/{base}{pointer}" if pointer else None
 
 
-def _delete_folder(s3: Any, bucket: str, key_prefix: str) -> None:
-    """Every object under the folder, its provenance record last (a half-deleted folder stays recognisable)."""
-    keys = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{key_prefix}/"):
-        keys += [o["Key"] for o in page.get("Contents", [])]
-    record = f"{key_prefix}/{PROVENANCE}"
-    rest = [k for k in keys if k != record]
-    for i in range(0, len(rest), 1000):
-        s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in rest[i : i + 1000]]})
-    s3.delete_object(Bucket=bucket, Key=record)
-
-
 def _cluster_references(pointer: str | None) -> set[str] | None:
     serving = f"{MANAGED_BY_LABEL}={MANAGED_BY},{DEPLOYMENT_LABEL}"  # a train job's servers stage no published draft
     replicasets = kube.list_objects("apps/v1", "ReplicaSet", label_selector=serving)
@@ -68,40 +57,37 @@ def _cluster_references(pointer: str | None) -> set[str] | None:
     return references(replicasets, jobs, deps, pointer)
 
 
-def prune_outputs(
-    body: kopf.Body,
-    namespace: str,
-    name: str,
-    spec: SpeculatorTrainJobSpec,
-    status: SpeculatorTrainJobStatus,
-    keep: int,
-) -> SpeculatorTrainJobStatus | None:
-    """Delete the published folders under output.uri beyond the newest `keep` that nothing names; return the
-    status with what was deleted and kept in status.retention (the pass writes it). A failure deletes nothing
-    more, returns None and is retried later."""
+def prune_failed(namespace: str, name: str, spec: SpeculatorTrainJobSpec, error: object) -> tuple[str, str, str]:
+    """The event when output.keepLatest could not be applied (retried later)."""
+    message = f"output.keepLatest not applied to {spec.output.uri}: {error}"[:1024]
+    log.warning("%s/%s: %s", namespace, name, message)
+    return ("Warning", "PruneFailed", message)
+
+
+def plan_prune(namespace: str, name: str, spec: SpeculatorTrainJobSpec, keep: int) -> tuple[Writes, Retention | None]:
+    """The published folders under output.uri beyond the newest `keep` that nothing names, to delete, with the
+    events to say once they are gone, and status.retention then (the pass writes it once the executor deleted
+    them). A listing that fails plans nothing but its PruneFailed event (None: retried later)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, _, prefix = spec.output.uri.removeprefix("s3://").partition("/")
-    prefix = prefix.strip("/")
+    output = Location.parse(spec.output.uri)
+    bucket, prefix = output.root, output.path.strip("/")
     try:
         creds = secret_data(namespace, spec.output.credentials.name if spec.output.credentials else None)
         s3 = s3_client(creds)
         locations, pointer = _published(s3, bucket, prefix)
         named = _cluster_references(pointer)
-        # a ReplicaSet that does not say which draft it stages: every older folder is kept
-        delete, kept = prunable(locations, {p.uri for p in locations} if named is None else named, keep)
-        for uri in delete:
-            _delete_folder(s3, bucket, uri.removeprefix(f"s3://{bucket}/"))
     except (CredentialsError, ApiException, ClientError, BotoCoreError) as exc:
-        message = f"output.keepLatest not applied to {spec.output.uri}: {exc}"[:1024]
-        log.warning("%s/%s: %s", namespace, name, message)
-        kopf.event(body, type="Warning", reason="PruneFailed", message=message)
-        return None
+        return Writes(events=(prune_failed(namespace, name, spec, exc),)), None
+    # a ReplicaSet that does not say which draft it stages: every older folder is kept
+    delete, kept = prunable(locations, {p.uri for p in locations} if named is None else named, keep)
+    events = []
     if named is None and kept:
         message = (f"kept {len(kept)} published folder(s) beyond the newest {keep}: a serving ReplicaSet without "
                    f"the speculators.dev/draft-location annotation may stage any of them")  # fmt: skip
-        kopf.event(body, type="Normal", reason="PruneDeferred", message=message)
+        events.append(("Normal", "PruneDeferred", message))
     if delete:
         message = f"deleted {len(delete)} published folder(s) beyond the newest {keep}: {', '.join(delete)}"
-        kopf.event(body, type="Normal", reason="Pruned", message=message[:1024])
-    return retained(status, retention_status(keep, delete, kept))
+        events.append(("Normal", "Pruned", message[:1024]))
+    folders = DeleteFolders(tuple(delete), creds)
+    return Writes(folders=folders, events=tuple(events)), retention_status(keep, delete, kept)

@@ -1,5 +1,6 @@
 """Live acceptance: scrape vLLM's /metrics of every ready serving pod, the way Prometheus does in-cluster,
-and write `status.acceptance` and the `SpeculationEffective` condition (decisions: telemetry/acceptance.py).
+and write `status.acceptance` and the `SpeculationEffective` condition (decisions: telemetry/acceptance.py,
+planning/judgement.py).
 
 It runs beside the reconciles, never in their way: a periodic job per SpeculatorDeployment on the operator's
 loop (runtime/scheduler.py; not in the thread pool the reconciles use), targets from an in-memory index of
@@ -18,7 +19,6 @@ import asyncio
 import contextlib
 import os
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +26,7 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
 
-from speculator_operator.api.common import Condition, evolve, typed_status
+from speculator_operator.api.common import evolve, stamp, typed_status
 from speculator_operator.api.deployment import (
     Acceptance,
     SpeculatorDeploymentSpec,
@@ -34,25 +34,20 @@ from speculator_operator.api.deployment import (
 )
 from speculator_operator.controllers.queues import DEPLOYMENTS
 from speculator_operator.planning import Problem, parse_spec
-from speculator_operator.planning.canary import Measured
+from speculator_operator.planning.judgement import Judged, judge
 from speculator_operator.planning.passes import Cause
-from speculator_operator.planning.tuning import blocked, plan_tuning
 from speculator_operator.planning.watched import ready, scrape_target, scraped
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.telemetry.acceptance import (
-    MetricsError,
-    Window,
     acceptance_status,
     disabled_condition,
     economics_of,
     effective_condition,
     first_measure_due,
-    parse_sample,
-    plan_update,
-    priced,
 )
-from speculator_operator.telemetry.canary import Analysis, analysis_now
+from speculator_operator.telemetry.canary import Analysis, Measured, analysis_now
+from speculator_operator.telemetry.vllm_metrics import MetricsError, Window, parse_sample
 
 PLURAL = "speculatordeployments"
 SCRAPE_INTERVAL = float(os.environ.get("SPECULATOR_SCRAPE_INTERVAL_SECONDS", "15"))
@@ -96,7 +91,6 @@ async def close_client() -> None:
         await _session.close()
 
 
-@kopf.on.cleanup()
 async def close_session(**_: Any) -> None:
     await close_client()
 
@@ -192,7 +186,6 @@ metrics.tracked("telemetry.ready", lambda: len(_ready_since))
 metrics.tracked("telemetry.positions", lambda: len(_positions))
 
 
-@kopf.on.startup()
 def keep_index(**kwargs: Any) -> None:
     """The serving-pod index (controllers/observed.serving_pods: kopf keeps it live from the pod watch, and
     passes it by its name) for the scrape job."""
@@ -211,7 +204,7 @@ def _analysis(
     uid: str, status: SpeculatorDeploymentStatus, spec: SpeculatorDeploymentSpec, now: float, revisions: set[Any]
 ) -> Analysis | None:
     """The interval window of this object's canary now (telemetry/canary.py decides), kept per object."""
-    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    at = stamp(datetime.now(UTC))
     found = analysis_now(_analyses.get(uid), status, spec, now, at, revisions, SCRAPE_INTERVAL)
     if found is None:
         _analyses.pop(uid, None)
@@ -220,7 +213,6 @@ def _analysis(
     return found
 
 
-@periodic.on_gone(PLURAL)
 def deployment_gone(namespace: str, name: str, uid: str) -> None:
     """A deleted SpeculatorDeployment's series leave the operator's /metrics (no finalizer needed)."""
     forget(namespace, name)
@@ -230,7 +222,6 @@ def deployment_gone(namespace: str, name: str, uid: str) -> None:
     _analyses.pop(uid, None)
 
 
-@periodic.every(PLURAL, interval=SCRAPE_INTERVAL, initial=SCRAPE_INTERVAL / 2)
 async def scrape_acceptance(body: kopf.Body) -> None:
     spec, status, meta = body.spec, body.status, body.meta
     name, namespace, uid = meta["name"], meta.get("namespace"), meta["uid"]
@@ -268,7 +259,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
         await asyncio.gather(*(_scrape_one(window, t, now, also) for t in targets))
         if not periodic.tracking(PLURAL, uid):
             return  # deleted during the scrape: publishing now would bring its series and tables back
-        observed_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        observed_at = stamp(datetime.now(UTC))
         if analysis is not None:
             measured = analysis.measure(parsed_spec, econ, now, observed_at)
         acc = acceptance_status(
@@ -286,7 +277,7 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     pending = _judged.get((namespace, name))
     intervals = (pending.canary if pending is not None else ()) + ((measured,) if measured is not None else ())
     judged = Judged(acc, cond, refilling, intervals)
-    new, _, events = judge(parsed_spec, current, judged, generation)
+    new, _, events = judge(parsed_spec, current, judged, generation, now=datetime.now(UTC))
     if new is None and not events and not intervals:
         return  # nothing material: no pass, no write
     if not periodic.tracking(PLURAL, uid):
@@ -296,17 +287,6 @@ async def scrape_acceptance(body: kopf.Body) -> None:
     DEPLOYMENTS.enqueue(namespace, name, Cause.SCRAPE)
 
 
-@dataclass(frozen=True)
-class Judged:
-    """What one scrape observed, held for the deployment's next pass: the acceptance window's figures (None
-    while speculation is off), the SpeculationEffective condition, and whether the window is still filling."""
-
-    acc: Acceptance | None
-    cond: Condition
-    refilling: bool
-    canary: tuple[Measured, ...] = ()  # a canary's analysis intervals measured since the last pass, in order
-
-
 _judged: dict[tuple[str, str], Judged] = {}
 metrics.tracked("telemetry.judged", lambda: len(_judged))
 
@@ -314,20 +294,3 @@ metrics.tracked("telemetry.judged", lambda: len(_judged))
 def held(key: tuple[str, str]) -> Judged | None:
     """The judgement held for `key` (taken: the pass that asks folds it in)."""
     return _judged.pop(key, None)
-
-
-def judge(
-    spec: SpeculatorDeploymentSpec, current: SpeculatorDeploymentStatus, judged: Judged, generation: int
-) -> tuple[SpeculatorDeploymentStatus | None, bool, list[tuple[str, str, str]]]:
-    """The status after a scrape's judgement (None: nothing to write), whether a tuned K rolls a new revision
-    (the tuned state is then in that status: the render reads it from there), and the events. Pure: the pass
-    calls it with the status it read, the scrape with its own copy to know whether a pass is worth it."""
-    econ = economics_of(current)
-    if econ is None:
-        return None, False, []
-    tuning = spec.serving.tuning
-    tuned = plan_tuning(
-        spec, current.tuning, judged.acc, priced(econ, judged.acc), time.time(), tuning.min_samples, blocked(current)
-    )
-    update = plan_update(current, judged.acc, judged.cond, tuned.state, judged.refilling)
-    return update.status, tuned.rollout and update.status is not None, update.events + tuned.events

@@ -1,32 +1,31 @@
-"""kopf handlers for SpeculatorTrainJob: observe the stage Jobs, servers and pods -> plan -> apply -> status.
+"""The pass of a SpeculatorTrainJob: observe the stage Jobs, servers and pods -> plan -> execute -> status.
 
 The stage machine lives in planning/trainjob.py. Here: read the verifier once (its revision and
 layer count are then kept in status.provenance, so the run stays pinned), list the children by label,
-read the reports the stage pods left as termination messages, apply what the plan asks for
-(server-side apply, one field manager), remove servers no stage needs, and hand the published
-checkpoint to a SpeculatorDeployment.
+read the reports the stage pods left as termination messages, have the executor (runtime/executor.py) apply
+what the plan asks for (server-side apply, one field manager) and remove servers no stage needs, and hand the
+published checkpoint to a SpeculatorDeployment. Its watches: controllers/watches.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from typing import Any, cast
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
 
-import kopf
-from kubernetes.client.exceptions import ApiException
-
-from speculator_operator.api.common import evolve, now, stored
-from speculator_operator.api.labels import MANAGED_BY_LABEL, STAGE_LABEL, TRAINJOB_LABEL
+from speculator_operator.adapters.checkpoints import read_verifier
+from speculator_operator.api.common import evolve, stamp, stored
+from speculator_operator.api.labels import STAGE_LABEL, TRAINJOB_LABEL
 from speculator_operator.api.podcontract import parse_progress, progress_seconds
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
 from speculator_operator.controllers.queues import TRAINJOBS
-from speculator_operator.controllers.retention import prune_outputs
-from speculator_operator.domain.checkpoint import CheckpointError, read_verifier
+from speculator_operator.controllers.retention import plan_prune, prune_failed
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.planning import Problem, parse_spec, progress
 from speculator_operator.planning.health import trainjob_health
 from speculator_operator.planning.passes import Cause, trainjob_progress_only
-from speculator_operator.planning.pods import pod_problem, refused_creation
+from speculator_operator.planning.pods import refused_creation
 from speculator_operator.planning.stagepods import observe_pods
 from speculator_operator.planning.trainjob import (
     HandOff,
@@ -37,25 +36,17 @@ from speculator_operator.planning.trainjob import (
     handoff_offer,
     job_state,
     plan,
-    resync_due,
-    wakes_owner,
+    retained,
 )
+from speculator_operator.planning.writes import Apply, Delete, Writes, deletes
 from speculator_operator.render import group
-from speculator_operator.render.serving import MANAGED_BY, RenderError
+from speculator_operator.render.serving import RenderError
 from speculator_operator.render.training import SERVER_ROLES, verifier_facts
 from speculator_operator.runtime import kube, metrics
-from speculator_operator.runtime import scheduler as periodic
 from speculator_operator.runtime import settings as operator_settings
-from speculator_operator.runtime.controller import HOOKS, PassStatus
-from speculator_operator.runtime.kube import (
-    RESYNC_SECONDS,
-    RETRY_SECONDS,
-    CredentialsError,
-    api_message,
-    apply_children,
-    namespace_terminating,
-    secret_data,
-)
+from speculator_operator.runtime.controller import PassStatus
+from speculator_operator.runtime.executor import Executor, FoldersFailed, Refused, Terminating
+from speculator_operator.runtime.kube import RETRY_SECONDS, CredentialsError, secret_data
 from speculator_operator.runtime.workqueue import DONE, Result
 
 LABEL = TRAINJOB_LABEL
@@ -140,11 +131,12 @@ def listed(children: list[dict[str, Any]], obs: Observed) -> dict[tuple[str, str
     return absent | found
 
 
-def delete_children(namespace: str, items: list[tuple[str, str, str]]) -> None:
-    for api_version, kind, child in items:
+def server_deletes(items: list[tuple[str, str, str]]) -> tuple[Delete, ...]:
+    """The servers no stage needs, as deletes: a server's Deployment and Service only."""
+    for api_version, kind, _ in items:
         if kind not in ("Deployment", "Service"):
             raise ValueError(f"not a server kind: {api_version} {kind}")
-        kube.delete_object(api_version, kind, namespace, child)
+    return deletes(items)
 
 
 def hand_off(namespace: str, name: str, target: str, uri: str) -> tuple[HandOff, str]:
@@ -156,12 +148,12 @@ def hand_off(namespace: str, name: str, target: str, uri: str) -> tuple[HandOff,
 ORDER = ("reconcile", "handoff", "retention", "progress")  # what a pass's one status write is counted as
 
 
-@TRAINJOBS.handles
 def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     """One pass of a SpeculatorTrainJob (runtime/controller.py): the stored object now, the live progress
-    held for it, the plan, the children applied, the hand-off and the retention done, and the status written
-    at most once. Every pass is the whole reconcile: the stage machine decides from what it observes, not
-    from what woke it."""
+    held for it, the plan, its writes carried out (runtime/executor.py: the children applied, the servers no
+    stage needs deleted, the retention's S3 deletes), the hand-off, the status written at most once, then the
+    events. Every pass is the whole reconcile: the stage machine decides from what it observes, not from what
+    woke it."""
     namespace, name = key
     if trainjob_progress_only(causes):
         fold_progress(namespace, name)
@@ -172,97 +164,67 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
         return DONE
     meta = body["metadata"]
     CONTROLLER.generations.done(meta["uid"], int(meta.get("generation") or 0))
-    status = PassStatus(SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, trainjob_health)
-    events = _fold_progress(key, status)
+    now = datetime.now(UTC)  # the pass's time, read once: every decision in it is made at this time
+    status = PassStatus(
+        SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, partial(trainjob_health, now=now)
+    )
+    events = _fold_progress(key, status, now)
+    executor = Executor(body, CONTROLLER.applying, CONTROLLER.recorder)
     with metrics.reconciling("SpeculatorTrainJob"):
-        p, result = _reconcile(body, status)
+        p, result = _reconcile(body, status, executor, now)
     status.write(ORDER)
-    obj = kopf.Body(cast(kopf.RawBody, body))
-    for reason, message in events:
-        kopf.event(obj, type="Normal", reason=reason, message=message)
+    executor.say(*(("Normal", reason, message) for reason, message in events))
+    executor.post()
     metrics.stages_finished((body.get("status") or {}).get("stages"), stored(p.status).get("stages"))
     if result is DONE and p.status.phase == "Pending":
         return Result(after=RETRY_SECONDS, cause=Cause.RETRY)  # waiting for the verifier; see status.conditions
     return result
 
 
-def _reconcile(body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus]) -> tuple[Plan, Result]:
+def _reconcile(
+    body: dict[str, Any], status: PassStatus[SpeculatorTrainJobStatus], executor: Executor, now: datetime
+) -> tuple[Plan, Result]:
+    """Observe -> plan -> execute; the status the plan and the outcomes come to is kept for the pass's write."""
     meta = body["metadata"]
     namespace, name, uid = meta["namespace"], meta["name"], meta.get("uid")
     current = status.status
     generation = int(meta.get("generation") or 0)
-    obj = kopf.Body(cast(kopf.RawBody, body))
     parsed = parse_spec(SpeculatorTrainJobSpec, body.get("spec") or {},
                         current.provenance.release if current.provenance else None)  # fmt: skip
     if isinstance(parsed, Problem):
-        p = failed(Observed(generation=generation, status=current), parsed.reason, parsed.message)
+        p = failed(Observed(generation=generation, status=current), parsed.reason, parsed.message, now=now)
         status.set(p.status, "reconcile")
         return p, DONE
     spec, release = parsed
     obs = observe(name, namespace, spec, generation, current)
-    p = plan(name, namespace, uid, spec, release, obs, operator_settings.current().image_pull_secrets)
+    p = plan(name, namespace, uid, spec, release, obs, operator_settings.current().image_pull_secrets, now=now)
     status.set(p.status, "reconcile")
-    if p.apply:
-        try:
-            HOOKS.applying(namespace, name)
-            apply_children(p.apply, known=listed(p.apply, obs))
-        except ApiException as exc:
-            if namespace_terminating(exc):
-                log.info("%s/%s: not applied, the namespace is being deleted", namespace, name)
-                return p, DONE
-            message = f"applying the children failed: {exc.status} {exc.reason}: {api_message(exc)}"
-            kopf.event(obj, type="Warning", reason="ApplyFailed", message=message[:1024])
-            return p, Result(after=RETRY_SECONDS, cause=Cause.RETRY)
-    if p.delete:
-        delete_children(namespace, p.delete)
-    for type_, reason, message in p.events:
-        kopf.event(obj, type=type_, reason=reason, message=message[:1024])
+    applied = executor.execute(Writes(apply=Apply(p.apply, known=listed(p.apply, obs)) if p.apply else None))
+    if isinstance(applied.apply, Terminating):
+        return p, DONE
+    if isinstance(applied.apply, Refused):
+        executor.say(("Warning", "ApplyFailed", applied.apply.message))
+        return p, Result(after=RETRY_SECONDS, cause=Cause.RETRY)
+    executor.execute(Writes(deletes=server_deletes(p.delete), events=tuple(p.events)))
     if p.handoff is not None:
         target, uri = p.handoff
         reason, message = hand_off(namespace, name, target, uri)
-        p.status = handed_off(p.status, generation, target, reason, message)
+        p.status = handed_off(p.status, generation, target, reason, message, now=now)
         status.set(p.status, "handoff")
         if reason == HandOff.TARGET_MISSING:
-            kopf.event(obj, type="Warning", reason=reason, message=message)
+            executor.say(("Warning", reason, message))
     if p.prune is not None:
-        pruned = prune_outputs(obj, namespace, name, spec, p.status, p.prune)
-        if pruned is not None:
-            p.status = pruned
+        writes, retention = plan_prune(namespace, name, spec, p.prune)
+        pruned = executor.execute(writes)
+        if isinstance(pruned.folders, FoldersFailed):
+            executor.say(prune_failed(namespace, name, spec, pruned.folders.error))
+        elif retention is not None:
+            p.status = retained(p.status, retention)
             status.set(p.status, "retention")
     return p, DONE
 
 
 CONTROLLER = TRAINJOBS
-periodic.controlled(PLURAL, CONTROLLER)
-
-
-async def _owner_event(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
-    """A stage Job finished or a server became available (or one went away): the owner's key is enqueued, in
-    the event loop. Other child events (pods starting, counters) change nothing the stage machine decides on."""
-    owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL)
-    if owner and namespace and wakes_owner(type, dict(body)):
-        CONTROLLER.enqueue(namespace, owner, Cause.CHILD)
-
-
-async def _pod_event(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
-    """A stage pod got stuck (an image the node cannot get, a crash loop): the run says so."""
-    owner = (body.get("metadata", {}).get("labels") or {}).get(LABEL)
-    if owner and namespace and type != "DELETED" and pod_problem(dict(body)) is not None:
-        CONTROLLER.enqueue(namespace, owner, Cause.CHILD)
-
-
-_children = {"labels": {MANAGED_BY_LABEL: MANAGED_BY, LABEL: kopf.PRESENT}}
-kopf.on.event("batch", "v1", "jobs", **_children)(_owner_event)  # type: ignore[arg-type]
-kopf.on.event("apps", "v1", "deployments", **_children)(_owner_event)  # type: ignore[arg-type]
-kopf.on.event("", "v1", "pods", **_children)(_pod_event)  # type: ignore[arg-type]
-
-
-@periodic.every(PLURAL, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS / 2)
-async def resync(body: kopf.Body) -> None:
-    """A missed child event must not stall a run; a missing hand-off target may appear later."""
-    if resync_due(dict(body.get("spec") or {}), dict(body.get("status") or {})):
-        meta = body.get("metadata", {})
-        CONTROLLER.enqueue(meta["namespace"], meta["name"], Cause.RESYNC)
 
 
 PROGRESS_SECONDS = progress_seconds()
@@ -271,14 +233,6 @@ PROGRESS_SECONDS = progress_seconds()
 # the last progress line read from each running stage's log, held until its object's pass folds it into the status
 _held: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
 metrics.tracked("trainjob.progress", lambda: len(_held))
-
-
-@periodic.every(PLURAL, interval=PROGRESS_SECONDS)
-async def watch_progress(body: kopf.Body) -> None:
-    """A running stage's live progress: read in the periodic lane (a log read never holds up a pass), held,
-    and the object enqueued when it says something new: at most one status write per PROGRESS_SECONDS."""
-    if progress.reading_due(dict(body.get("status") or {})):
-        await periodic.in_lane(read_progress, dict(body))
 
 
 def read_progress(body: dict[str, Any]) -> bool:
@@ -297,7 +251,7 @@ def read_progress(body: dict[str, Any]) -> bool:
         return False
     parsed = parse_progress(text, stage)
     old = status.get("progress") or {}
-    if parsed is None or progress.merged(old, parsed, stage, now()) == old:
+    if parsed is None or progress.merged(old, parsed, stage, stamp(datetime.now(UTC))) == old:
         return False
     # held, then enqueued: if the object was deleted meanwhile, that pass finds it gone and drops what is held
     _held[(namespace, name)] = (stage, parsed)
@@ -313,16 +267,21 @@ def fold_progress(namespace: str, name: str) -> list[tuple[str, str]]:
     if body is None or body["metadata"].get("deletionTimestamp"):
         _held.pop(key, None)
         return []
-    status = PassStatus(SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, trainjob_health)
-    events = _fold_progress(key, status)
+    now = datetime.now(UTC)  # the pass's time, read once
+    status = PassStatus(
+        SpeculatorTrainJobStatus, PLURAL, namespace, name, body.get("status") or {}, partial(trainjob_health, now=now)
+    )
+    events = _fold_progress(key, status, now)
     status.write(ORDER)
-    for reason, message in events:
-        with contextlib.suppress(LookupError):  # outside the operator (a test) there is no event poster
-            kopf.event(kopf.Body(cast(kopf.RawBody, body)), type="Normal", reason=reason, message=message)
+    executor = Executor(body, CONTROLLER.applying, CONTROLLER.recorder)
+    executor.say(*(("Normal", reason, message) for reason, message in events))
+    executor.post()  # outside the operator (a test) the controller's recorder posts nothing
     return events
 
 
-def _fold_progress(key: tuple[str, str], status: PassStatus[SpeculatorTrainJobStatus]) -> list[tuple[str, str]]:
+def _fold_progress(
+    key: tuple[str, str], status: PassStatus[SpeculatorTrainJobStatus], now: datetime
+) -> list[tuple[str, str]]:
     """The progress held for `key` into the pass's status, if its stage is still the running one; the events
     for the epochs it is the first to show."""
     held = _held.pop(key, None)
@@ -330,13 +289,13 @@ def _fold_progress(key: tuple[str, str], status: PassStatus[SpeculatorTrainJobSt
     if held is None or current.stage != held[0] or not progress.reading_due(stored(current)):
         return []
     old = stored(current.progress) if current.progress is not None else {}
-    new = progress.merged(old, held[1], held[0], now())
+    new = progress.merged(old, held[1], held[0], stamp(now))
     if new == old:
         return []
     status.set(evolve(current, None, progress=new), "progress")
     return progress.epoch_events(old, new)
 
 
-@periodic.on_gone(PLURAL)
-def _forget(namespace: str, name: str, uid: str) -> None:
+def forget(namespace: str, name: str) -> None:
+    """A deleted train job's progress held for it goes."""
     _held.pop((namespace, name), None)

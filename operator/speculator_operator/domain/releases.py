@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import packaging.version
 
 from speculator_operator import __version__
-from speculator_operator.api.parallelism import Layout
 from speculator_operator.domain.algorithms import TABLE, Algorithm
+from speculator_operator.domain.parallelism import Layout
 from speculator_operator.domain.qualification import Level, level
 
 IMAGE_REPOSITORY = "ghcr.io/speculator-operator"

@@ -22,6 +22,7 @@ from speculator_operator.api.canary import Canary, CanaryCounts, CanarySide, Can
 from speculator_operator.api.common import Condition, evolve, make_condition
 from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import REVISION_LABEL, TRACK_LABEL
+from speculator_operator.telemetry.canary import Measured
 
 CANARY_SUFFIX = "-canary"
 CANARY_TRACK = "canary"
@@ -114,16 +115,6 @@ def start(
         message=f"draft {new.draft_revision} ({candidate_draft_source or 'same source'}) on "
         f"{policy.canary_replicas(replicas)} replica(s) beside {status.draft_revision}",
     )
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One analysis interval as the scraper measured it: its wall-clock bounds and both sides' figures."""
-
-    start: str
-    end: str
-    candidate: Acceptance
-    incumbent: Acceptance
 
 
 def figure(policy: Canary, acc: Acceptance) -> float | None:

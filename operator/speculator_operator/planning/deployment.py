@@ -23,15 +23,17 @@ Condition reasons:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
-from speculator_operator.api.common import evolve, make_condition, now, stored
+from speculator_operator.api.common import evolve, make_condition, stamp, stored
 from speculator_operator.api.deployment import (
     AuditSummary,
     LoadEconomics,
     PairEconomics,
     RenderNote,
     ServedImage,
+    ServingState,
     SpeculatorDeploymentSpec,
     SpeculatorDeploymentStatus,
 )
@@ -110,9 +112,9 @@ def audit_summary(report: AuditReport) -> AuditSummary:
     )
 
 
-def failed(obs: Observed, reason: str, message: str, phase: str = "Failed") -> Plan:
+def failed(obs: Observed, reason: str, message: str, phase: str = "Failed", *, now: datetime) -> Plan:
     gen = obs.generation
-    status = evolve(obs.status, gen, make_condition(gen, "Ready", False, reason, message), phase=phase)
+    status = evolve(obs.status, gen, make_condition(gen, "Ready", False, reason, message), phase=phase, now=now)
     return Plan(None, status, [("Warning", reason, message)])
 
 
@@ -122,14 +124,14 @@ def serving_status(
     child: dict[str, Any] | None,
     pods: list[dict[str, Any]] | None = None,
     shrinking: bool = False,
-) -> dict[str, Any]:
+) -> ServingState:
     """Replica counts and the Serving readiness of the current revision, from the child Deployment; while
     not rolled out, a stuck pod of that revision (an image the node cannot get, a crash loop) gives the
     reason and the kubelet's words. `shrinking`: replicas beyond `want` are a scale-down under way (an InPlace
     canary taking the incumbent's share), not an old revision's pods, so they do not make it unready."""
     want = spec.serving.replicas
     if child is None:
-        return {"ready": False, "reason": "NotDeployed", "replicas": want, "readyReplicas": 0, "updatedReplicas": 0}
+        return ServingState(ready=False, reason="NotDeployed", replicas=want, ready_replicas=0, updated_replicas=0)
     st = child.get("status") or {}
     meta = child.get("metadata") or {}
     current = (meta.get("annotations") or {}).get(REVISION_LABEL) == revision
@@ -153,23 +155,23 @@ def serving_status(
         and (total == want or (shrinking and total > want))
     )
     reason = "ScaledToZero" if want == 0 and done else ("RolledOut" if done else "RollingOut")
-    out = {"ready": done, "reason": reason, "replicas": want, "readyReplicas": ready,
-           "updatedReplicas": updated if current else 0}  # fmt: skip
+    out = ServingState(ready=done, reason=reason, replicas=want, ready_replicas=ready,
+                       updated_replicas=updated if current else 0)  # fmt: skip
     if not done and pods:
         mine = [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(REVISION_LABEL) == revision]
         problem = first_problem(mine)
         if problem:
-            out["reason"], out["problem"] = problem
+            out.reason, out.problem = problem
     progressing = next((c for c in st.get("conditions") or [] if c.get("type") == "Progressing"), None)
     if not done and progressing and progressing.get("reason") == ServingReason.PROGRESS_DEADLINE_EXCEEDED:
         # the Deployment controller gave up waiting (spec.progressDeadlineSeconds): its words, then the pod's
         said = str(progressing.get("message") or "ProgressDeadlineExceeded")
-        out["reason"] = ServingReason.PROGRESS_DEADLINE_EXCEEDED.value
-        out["problem"] = (said + (f"; {out['problem']}" if out.get("problem") else ""))[:1000]
+        out.reason = ServingReason.PROGRESS_DEADLINE_EXCEEDED.value
+        out.problem = (said + (f"; {out.problem}" if out.problem else ""))[:1000]
     failure = next((c for c in st.get("conditions") or [] if c.get("type") == "ReplicaFailure"), None)
     if not done and failure and failure.get("status") == "True":
         # no pod could be created at all (Pod Security admission, a quota): the API server's words
-        out["reason"], out["problem"] = "FailedCreate", str(failure.get("message") or failure.get("reason"))[:1000]
+        out.reason, out.problem = "FailedCreate", str(failure.get("message") or failure.get("reason"))[:1000]
     return out
 
 
@@ -234,8 +236,11 @@ def plan(
     release: Release,
     obs: Observed,
     pull_secrets: tuple[str, ...] = (),
+    *,
+    now: datetime,
 ) -> Plan:
-    """`pull_secrets`: the imagePullSecrets every rendered pod names (the operator's settings)."""
+    """`pull_secrets`: the imagePullSecrets every rendered pod names (the operator's settings); `now`: the pass's
+    time (a condition's transition, a canary's start)."""
     gen = obs.generation
     if obs.problem is not None:
         reason, message = obs.problem
@@ -244,7 +249,7 @@ def plan(
             obs.status, gen,
             make_condition(gen, "Audited", None, reason, message),
             make_condition(gen, "Ready", False if not keep else None, "WaitingForInputs", message),
-            phase="Degraded" if keep else "Pending",
+            phase="Degraded" if keep else "Pending", now=now,
         )  # fmt: skip
         return Plan(None, status, [("Warning", reason, message)])
     report = obs.audit
@@ -276,7 +281,7 @@ def plan(
             draft_cond,
             make_condition(gen, "Ready", False, AuditedReason.FAILED,
                            message + ("; the last good pair keeps serving" if keep else "")),
-            phase="Degraded" if keep else "Failed",
+            phase="Degraded" if keep else "Failed", now=now,
             **common,
         )  # fmt: skip
         said = [release_event(release)] if release_moved(obs.status, release) else []  # written with `common`
@@ -284,7 +289,7 @@ def plan(
     try:
         draft = draft_of(ck)
     except RenderError as exc:
-        return failed(obs, AuditedReason.FAILED, str(exc))
+        return failed(obs, AuditedReason.FAILED, str(exc), now=now)
     tuned = applied(spec, obs.status.tuning, draft.speculative_tokens)
     found = measured(spec, release, ck.provenance, draft.algorithm, draft.speculative_tokens, tuned)
     common["economics"] = with_measured(common["economics"], found, obs.status.economics)
@@ -309,14 +314,16 @@ def plan(
         if kept is not None:  # an earlier operator's name for this same pair: no rollout for a name
             rendered = render(replace(inputs, keep_revision=kept))
     except RenderError as exc:
-        return failed(obs, exc.reason, str(exc))
+        return failed(obs, exc.reason, str(exc), now=now)
     if spec.serving.layout.multi_node and obs.lws_served is False:
         message = f"{spec.serving.layout.nodes} nodes per replica need the LeaderWorkerSet API; {group.INSTALL_HINT}"
         keep = obs.other is not None  # the single-node pair serves until the groups can
-        return failed(obs, ServingReason.LWS_UNAVAILABLE, message, phase="Degraded" if keep else "Failed")
+        return failed(obs, ServingReason.LWS_UNAVAILABLE, message, phase="Degraded" if keep else "Failed", now=now)
     new = canaries.Rendered(rendered.revision, ck.revision, obs.verifier_revision, canaries.applied_revision(obs.child))
     move = canaries.decide(spec, obs.status, new, gen)
-    shaped = canaries.shape(move, spec, obs.status, rendered.children, new, obs.child, obs.draft_source, gen, now())
+    shaped = canaries.shape(
+        move, spec, obs.status, rendered.children, new, obs.child, obs.draft_source, gen, stamp(now)
+    )
     revision = rendered.revision
     notes = [RenderNote(reason=reason, message=message) for reason, message in rendered.notes]
     k = num_speculative_tokens(spec, draft, tuned)
@@ -331,12 +338,12 @@ def plan(
     want = spec if shaped.incumbent_replicas is None else canaries.with_replicas(spec, shaped.incumbent_replicas)
     serving = serving_status(want, revision, obs.child, obs.pods, shrinking=shaped.incumbent_replicas is not None)
     if obs.child is None:
-        serving["reason"] = "RollingOut"  # its Deployment is applied right after this status is written
+        serving.reason = "RollingOut"  # its Deployment is applied right after this status is written
     serving_reason, serving_message = (
-        serving["reason"],
-        serving.get("problem") or _revision_words(revision, notes),
+        serving.reason,
+        serving.problem or _revision_words(revision, notes),
     )
-    ready = serving["ready"]
+    ready = serving.ready
     status = evolve(
         obs.status, gen,
         make_condition(gen, "Audited", True, AuditedReason.PASSED,
@@ -346,14 +353,14 @@ def plan(
         draft_cond,
         make_condition(gen, "Serving", ready, serving_reason, serving_message),
         make_condition(gen, "Ready", ready, "Ready" if ready else "RollingOut",
-              f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {revision} ready"),
-        phase="Ready" if ready else "Deploying",
+              f"{serving.ready_replicas}/{serving.replicas} replicas of revision {revision} ready"),
+        phase="Ready" if ready else "Deploying", now=now,
         revision=revision,
         render_notes=notes or None,
         num_speculative_tokens=k,
-        replicas=serving["replicas"],
-        ready_replicas=serving["readyReplicas"],
-        updated_replicas=serving["updatedReplicas"],
+        replicas=serving.replicas,
+        ready_replicas=serving.ready_replicas,
+        updated_replicas=serving.updated_replicas,
         canary=shaped.canary,
         **common,
     )  # fmt: skip
@@ -365,16 +372,33 @@ def plan(
         events.append(("Normal", "RollingOut", f"applying revision {revision}"))
     if release_moved(obs.status, release):
         events.append(release_event(release))
-    prune = list(shaped.prune)
-    done = canaries.promoted(status, name, now())
+    status, gone, said = clean_up(status, name, spec, obs.other, rendered.revision, now)
+    return Plan(shaped.children, status, events + said, list(shaped.prune) + gone)
+
+
+def clean_up(
+    status: SpeculatorDeploymentStatus,
+    name: str,
+    spec: SpeculatorDeploymentSpec,
+    other: dict[str, Any] | None,
+    revision: str | None,
+    now: datetime,
+) -> tuple[SpeculatorDeploymentStatus, list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """What goes once the new pair serves, for a reconcile and a refresh alike: a promoted canary's Deployment once
+    the promoted revision serves every replica (the canary marked Promoted), and `other`, the workload of the other
+    kind left from a layout change, once the new one is ready (planning/deployment.retire). The status, the
+    children to delete as (apiVersion, kind, name), and the events."""
+    gone: list[tuple[str, str, str]] = []
+    said: list[tuple[str, str, str]] = []
+    done = canaries.promoted(status, name, stamp(now))
     if done is not None:  # the promoted revision serves every replica: the canary's Deployment goes
         status = evolve(status, None, canary=done[0])
-        prune.append(done[1])
-    if obs.other is not None and ready:
-        ref, event = retire(obs.other, rendered.revision, spec)
-        prune.append(ref)
-        events.append(event)
-    return Plan(shaped.children, status, events, prune)
+        gone.append(done[1])
+    if other is not None and status.phase == "Ready":
+        ref, event = retire(other, revision, spec)
+        gone.append(ref)
+        said.append(event)
+    return status, gone, said
 
 
 def waits_for_group_api(status: SpeculatorDeploymentStatus) -> bool:
@@ -414,6 +438,8 @@ def refresh_serving(
     child: dict[str, Any] | None,
     generation: int,
     pods: list[dict[str, Any]] | None = None,
+    *,
+    now: datetime,
 ) -> SpeculatorDeploymentStatus:
     """The status after the child Deployment (or one of its pods) changed (no new audit, no new render).
     `updatedReplicas` alone moving is not worth a write: it is carried by the next change of readiness
@@ -426,17 +452,17 @@ def refresh_serving(
     if shrinking:  # an InPlace canary holds the incumbent's share
         spec = canaries.with_replicas(spec, want)
     serving = serving_status(spec, revision, child, pods, shrinking=shrinking)
-    ready = serving["ready"]
-    replicas = f"{serving['readyReplicas']}/{serving['replicas']} replicas of revision {revision} ready"
+    ready = serving.ready
+    replicas = f"{serving.ready_replicas}/{serving.replicas} replicas of revision {revision} ready"
     said = _revision_words(revision, status.render_notes or [])
     new = evolve(
         status, generation,
-        make_condition(generation, "Serving", ready, serving["reason"], serving.get("problem") or said),
+        make_condition(generation, "Serving", ready, serving.reason, serving.problem or said),
         make_condition(generation, "Ready", ready, "Ready" if ready else "RollingOut",
-                       replicas + (f"; {serving['problem']}" if serving.get("problem") else "")),
-        phase="Ready" if ready else "Deploying",
-        replicas=serving["replicas"],
-        ready_replicas=serving["readyReplicas"],
+                       replicas + (f"; {serving.problem}" if serving.problem else "")),
+        phase="Ready" if ready else "Deploying", now=now,
+        replicas=serving.replicas,
+        ready_replicas=serving.ready_replicas,
     )  # fmt: skip
     if ready and pods:
         image = served_image(revision, pods)
@@ -444,7 +470,7 @@ def refresh_serving(
             new = evolve(new, None, served_image=image)
     if stored(new) == stored(status):
         return status  # `updatedReplicas` alone moving is carried by the next change
-    return evolve(new, None, updated_replicas=serving["updatedReplicas"])
+    return evolve(new, None, updated_replicas=serving.updated_replicas)
 
 
 def _revision_words(revision: str, notes: list[RenderNote]) -> str:
@@ -458,11 +484,13 @@ def needs_pods(status: SpeculatorDeploymentStatus, spec: SpeculatorDeploymentSpe
     return status.phase == "Deploying" or spec.serving.layout.multi_node
 
 
-def apply_failed(status: SpeculatorDeploymentStatus, generation: int, message: str) -> SpeculatorDeploymentStatus:
+def apply_failed(
+    status: SpeculatorDeploymentStatus, generation: int, message: str, *, now: datetime
+) -> SpeculatorDeploymentStatus:
     """The status when the API server refused a child: not serving, with its words; retried."""
     return evolve(
         status, generation,
         make_condition(generation, "Serving", False, ServingReason.APPLY_FAILED, message),
         make_condition(generation, "Ready", False, ServingReason.APPLY_FAILED, message),
-        phase="Degraded" if status.ready_replicas else "Deploying",
+        phase="Degraded" if status.ready_replicas else "Deploying", now=now,
     )  # fmt: skip

@@ -21,6 +21,7 @@ changes, so they cost no write of their own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import TypeVar
 
@@ -127,20 +128,23 @@ def trainjob_verdict(status: SpeculatorTrainJobStatus) -> Verdict | None:
 S = TypeVar("S", SpeculatorDeploymentStatus, SpeculatorTrainJobStatus)
 
 
-def with_verdict(status: S, verdict: Verdict | None) -> S:
+def with_verdict(status: S, verdict: Verdict | None, now: datetime) -> S:
     """`status` with Reconciling/Stalled set from `verdict`: the one True, the other removed; both removed when
-    there is none. The conditions' observedGeneration is the status's; the same status keeps its transition time."""
+    there is none. The conditions' observedGeneration is the status's; the same status keeps its transition time
+    (a new one is `now`, the pass's time)."""
     drop = {h.value for h in Health if verdict is None or h != verdict.kind}
     out = evolve(status, None, conditions=[c for c in status.conditions if c.type not in drop])
     if verdict is not None:
         generation = status.observed_generation or 0
-        out = evolve(out, None, make_condition(generation, verdict.kind, True, verdict.reason, verdict.message))
+        out = evolve(
+            out, None, make_condition(generation, verdict.kind, True, verdict.reason, verdict.message), now=now
+        )
     return status if stored(out) == stored(status) else out
 
 
-def deployment_health(status: SpeculatorDeploymentStatus) -> SpeculatorDeploymentStatus:
-    return with_verdict(status, deployment_verdict(status))
+def deployment_health(status: SpeculatorDeploymentStatus, now: datetime) -> SpeculatorDeploymentStatus:
+    return with_verdict(status, deployment_verdict(status), now)
 
 
-def trainjob_health(status: SpeculatorTrainJobStatus) -> SpeculatorTrainJobStatus:
-    return with_verdict(status, trainjob_verdict(status))
+def trainjob_health(status: SpeculatorTrainJobStatus, now: datetime) -> SpeculatorTrainJobStatus:
+    return with_verdict(status, trainjob_verdict(status), now)

@@ -4,6 +4,7 @@ or draft revision asks for, as an action (an enum) and the status to write. Pure
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 from speculator_operator.api.common import conditions_of, evolve, make_condition, stored
@@ -48,7 +49,12 @@ class ServingReason(StrEnum):
 
 
 def verifier_change(
-    spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, resolved: str | None, generation: int
+    spec: SpeculatorDeploymentSpec,
+    status: SpeculatorDeploymentStatus,
+    resolved: str | None,
+    generation: int,
+    *,
+    now: datetime,
 ) -> tuple[InputAction, SpeculatorDeploymentStatus | None]:
     """What a newly resolved verifier revision means: (the action, the status to write if any).
 
@@ -67,7 +73,7 @@ def verifier_change(
             f"the verifier moved from {old} to {resolved}; upgradePolicy is Pause: nothing is rolled out",
         )
         return InputAction.PAUSE, evolve(
-            status, generation, make_condition(generation, "VerifierCurrent", False, reason, message)
+            status, generation, make_condition(generation, "VerifierCurrent", False, reason, message), now=now
         )
     return InputAction.RETRAIN, None
 
@@ -82,7 +88,12 @@ class DraftChange:
 
 
 def draft_change(
-    spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, resolved: str | None, generation: int
+    spec: SpeculatorDeploymentSpec,
+    status: SpeculatorDeploymentStatus,
+    resolved: str | None,
+    generation: int,
+    *,
+    now: datetime,
 ) -> DraftChange:
     """The draft's bytes moved under the same source (a file replaced in place, a pointer moved to a new
     publish). Redeploy: audit the new draft and roll the pair out together. Pause: DraftCurrent=False and
@@ -112,6 +123,8 @@ def draft_change(
         f"; {why}: nothing is rolled out, and replicas that restart cannot stage the audited bytes unless they "
         "are still where they were"
     )
-    paused = evolve(status, generation, make_condition(generation, "DraftCurrent", False, "DraftChanged", message))
+    paused = evolve(
+        status, generation, make_condition(generation, "DraftCurrent", False, "DraftChanged", message), now=now
+    )
     events = [] if stored(paused) == stored(status) else [("Warning", "DraftChanged", message)]
     return DraftChange(InputAction.PAUSE, paused, events)

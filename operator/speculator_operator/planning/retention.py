@@ -22,6 +22,7 @@ from typing import Any
 
 from speculator_operator.api.labels import DRAFT_ANNOTATION
 from speculator_operator.api.trainjob import Retention
+from speculator_operator.domain.location import Location
 
 PUBLISHED = re.compile(r"^sha256-[0-9a-f]{16}$")
 
@@ -75,7 +76,7 @@ def references(
 
 def retention_due(keep_latest: int | None, output_uri: str, status: dict[str, Any]) -> bool:
     """Whether a succeeded job still has to apply output.keepLatest (once, after its publish)."""
-    return bool(keep_latest) and output_uri.startswith("s3://") and "retention" not in status
+    return bool(keep_latest) and Location.parse(output_uri).is_s3 and "retention" not in status
 
 
 def retention_status(keep_latest: int, deleted: list[str], kept: list[str]) -> Retention:

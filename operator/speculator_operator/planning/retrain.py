@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -16,6 +17,9 @@ from speculator_operator.api.labels import RETRAINS_LABEL
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
 from speculator_operator.planning import Problem
 from speculator_operator.planning.inputs import AuditedReason, InputAction, VerifierReason
+from speculator_operator.planning.writes import Create, Writes
+
+TRAIN_JOBS = "speculatortrainjobs"
 
 
 def retrain_name(name: str, revision: str, request: str | None = None) -> str:
@@ -66,8 +70,38 @@ def retrain_job(
     return {"apiVersion": API_VERSION, "kind": "SpeculatorTrainJob", "metadata": meta, "spec": body}
 
 
+def plan_retrain(
+    name: str,
+    namespace: str,
+    uid: str | None,
+    spec: SpeculatorDeploymentSpec,
+    status: SpeculatorDeploymentStatus,
+    generation: int,
+    revision: str,
+    request: str | None = None,
+    *,
+    now: datetime,
+) -> tuple[SpeculatorDeploymentStatus, Writes]:
+    """A retraining for the verifier revision `revision`: the SpeculatorTrainJob to create (once: its name is per
+    revision, and per retrain request, so one that exists already was created before: a restart, or the last poll)
+    and the status that names it; or, when the template cannot make one, the status and event that say why."""
+    try:
+        manifest = retrain_job(name, namespace, uid, spec, revision, request, kept_release=status.release)
+    except ValueError as exc:
+        said = ("Warning", "RetrainUnavailable", str(exc))
+        return retrain_status(status, generation, None, revision, str(exc), now=now), Writes(events=(said,))
+    job = manifest["metadata"]["name"]
+    created = Writes(creates=(Create(TRAIN_JOBS, manifest),))
+    return retrain_status(status, generation, job, revision, None, now=now), created
+
+
+def retraining(job: str, revision: str) -> tuple[str, str, str]:
+    """The event once the SpeculatorTrainJob `job` was created (not when it existed already)."""
+    return "Normal", "Retraining", f"SpeculatorTrainJob {job} for verifier {revision}"
+
+
 def retrain_status(status: SpeculatorDeploymentStatus, generation: int, job: str | None, revision: str,
-                   error: str | None) -> SpeculatorDeploymentStatus:  # fmt: skip
+                   error: str | None, *, now: datetime) -> SpeculatorDeploymentStatus:  # fmt: skip
     """VerifierCurrent=False while a retraining runs (or why it could not start); the pair keeps serving."""
     old = status.verifier_revision
     if job is None:
@@ -76,11 +110,12 @@ def retrain_status(status: SpeculatorDeploymentStatus, generation: int, job: str
             status,
             generation,
             make_condition(generation, "VerifierCurrent", False, VerifierReason.RETRAIN_UNAVAILABLE, message),
+            now=now,
         )
     message = (f"the verifier moved from {old} to {revision}; SpeculatorTrainJob {job} trains a draft for it; "
                "the current pair keeps serving until the new draft passes its audit")  # fmt: skip
     retraining = make_condition(generation, "VerifierCurrent", False, VerifierReason.RETRAINING, message)
-    return evolve(status, generation, retraining, retrain=RetrainStatus(job=job, verifier_revision=revision))
+    return evolve(status, generation, retraining, retrain=RetrainStatus(job=job, verifier_revision=revision), now=now)
 
 
 def train_job_output(stj: dict[str, Any] | None, job: str, verifier_model: str) -> tuple[str, str | None] | Problem:

@@ -28,13 +28,20 @@ Condition reasons:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from speculator_operator.api.common import Condition, conditions_of, evolve, make_condition, now, stored
+from speculator_operator.api.common import Condition, conditions_of, evolve, make_condition, stamp, stored
 from speculator_operator.api.podcontract import FAILED_EVALUATIONS, EvaluationOutcome, StageReport
-from speculator_operator.api.trainjob import Retention, SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
+from speculator_operator.api.trainjob import (
+    EvaluationResult,
+    Progress,
+    Provenance,
+    Retention,
+    SpeculatorTrainJobSpec,
+    SpeculatorTrainJobStatus,
+)
 from speculator_operator.domain.algorithms import MTP_COUNT_KEY, Algorithm
 from speculator_operator.domain.releases import Release
 from speculator_operator.planning import progress
@@ -77,10 +84,6 @@ class Observed:
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> Deployment or LeaderWorkerSet
     lws_served: bool = True  # whether the API server serves LeaderWorkerSets (a multi-node hiddenStates layout)
     images: dict[str, str] = field(default_factory=dict)  # stage -> the imageID its succeeded pod ran
-    at: datetime | None = None  # now (tests set it)
-
-    def now(self) -> datetime:
-        return self.at or datetime.now(UTC)
 
 
 @dataclass
@@ -106,13 +109,14 @@ def _stop_servers(obs: Observed) -> list[tuple[str, str, str]]:
     return out
 
 
-def failed(obs: Observed, reason: str, message: str, fields: dict[str, Any] | None = None) -> Plan:
-    """The run failed for good: `fields` are more status fields (by their Python names) to set with it."""
+def failed(obs: Observed, reason: str, message: str, fields: dict[str, Any] | None = None, *, now: datetime) -> Plan:
+    """The run failed for good (at `now`, the pass's time): `fields` are more status fields (by their Python names)
+    to set with it."""
     gen = obs.generation
     status = evolve(
         obs.status, gen,
         make_condition(gen, "Ready", False, reason, message), make_condition(gen, "Failed", True, reason, message),
-        phase="Failed", completion_time=obs.status.completion_time or now(), **(fields or {}),
+        phase="Failed", completion_time=obs.status.completion_time or stamp(now), **(fields or {}), now=now,
     )  # fmt: skip
     events = [] if obs.status.phase == "Failed" else [("Warning", reason, message)]
     return Plan([], _stop_servers(obs), status, events)
@@ -151,7 +155,7 @@ def _tail(text: str | None, limit: int = 800) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
-def _progress(spec: SpeculatorTrainJobSpec, obs: Observed) -> dict[str, Any]:
+def _progress(spec: SpeculatorTrainJobSpec, obs: Observed) -> Progress:
     """What the finished stages reported, over the running stage's live values (controllers read those from
     its pod's log): a finished stage's estimate of its end goes."""
     prepared = obs.reports.get("prepare", NO_REPORT)
@@ -168,7 +172,7 @@ def _progress(spec: SpeculatorTrainJobSpec, obs: Observed) -> dict[str, Any]:
         "epoch": trained.epoch if "epoch" in trained.model_fields_set else live.get("epoch"),
         "epochs": spec.training.epochs if spec.convert is None else None,
     }
-    return {k: v for k, v in out.items() if v is not None}
+    return Progress.model_validate({k: v for k, v in out.items() if v is not None})
 
 
 def _converted_from(spec: SpeculatorTrainJobSpec) -> str | None:
@@ -177,26 +181,26 @@ def _converted_from(spec: SpeculatorTrainJobSpec) -> str | None:
     return f"{spec.convert.source}@{spec.convert.revision}" if spec.convert.revision else spec.convert.source
 
 
-def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> dict[str, Any]:
+def _provenance(inputs: Inputs, obs: Observed, all_stages: list[Stage]) -> Provenance:
     r = inputs.release
-    out = {
-        "release": r.name,
-        "speculators": r.speculators,
-        "hsConnectors": r.hs_connectors,
-        "vllm": r.vllm,
-        "verifierRevision": inputs.verifier_revision,
-        "verifierContent": inputs.verifier_content,
-        "verifierLayers": inputs.verifier_layers,
-        "verifierModelType": obs.verifier_model_type,
-        "verifierMaxPositions": obs.verifier_max_positions,
-        "dataFingerprint": obs.reports.get("prepare", NO_REPORT).fingerprint,
-        "convertedFrom": _converted_from(inputs.spec),
-        "evaluation": inputs.evaluation,
-        "commands": {s.name: " ".join(s.command) for s in all_stages},
-        # what the kubelet ran: kept from earlier passes, since a finished stage's pods may be gone by now
-        "images": {**((obs.status.provenance.images if obs.status.provenance else None) or {}), **obs.images} or None,
-    }
-    return {k: v for k, v in out.items() if v is not None}
+    # what the kubelet ran: kept from earlier passes, since a finished stage's pods may be gone by now
+    images = {**((obs.status.provenance.images if obs.status.provenance else None) or {}), **obs.images}
+    return Provenance(
+        release=r.name,
+        speculators=r.speculators,
+        hs_connectors=r.hs_connectors,
+        vllm=r.vllm,
+        verifier_revision=inputs.verifier_revision,
+        verifier_content=inputs.verifier_content,
+        verifier_layers=inputs.verifier_layers,
+        verifier_model_type=obs.verifier_model_type,
+        verifier_max_positions=obs.verifier_max_positions,
+        data_fingerprint=obs.reports.get("prepare", NO_REPORT).fingerprint,
+        converted_from=_converted_from(inputs.spec),
+        evaluation=None if inputs.evaluation is None else EvaluationResult.model_validate(inputs.evaluation),
+        commands={s.name: " ".join(s.command) for s in all_stages},
+        images=images or None,
+    )
 
 
 def plan(
@@ -207,8 +211,11 @@ def plan(
     release: Release,
     obs: Observed,
     pull_secrets: tuple[str, ...] = (),
+    *,
+    now: datetime,
 ) -> Plan:
-    """`pull_secrets`: the imagePullSecrets every rendered pod names (the operator's settings)."""
+    """`pull_secrets`: the imagePullSecrets every rendered pod names (the operator's settings); `now`: the pass's
+    time (a start, an end, a condition's transition, how long a server has been waited for)."""
     gen = obs.generation
     current_status = obs.status
     if current_status.phase == "Succeeded" and not obs.servers:
@@ -217,25 +224,27 @@ def plan(
         return _finished(name, spec, obs)
     if obs.problem is not None:
         reason, message = obs.problem
-        status = evolve(current_status, gen, make_condition(gen, "Ready", False, reason, message), phase="Pending")
+        status = evolve(
+            current_status, gen, make_condition(gen, "Ready", False, reason, message), phase="Pending", now=now
+        )
         return Plan([], [], status, [("Warning", reason, message)])
     assert obs.verifier_layers is not None
     declared = spec.verifier.num_hidden_layers
     if declared is not None and declared != obs.verifier_layers:
         message = (f"verifier.numHiddenLayers is {declared} but {spec.verifier.model}'s config.json has "
                    f"num_hidden_layers {obs.verifier_layers}")  # fmt: skip
-        return failed(obs, "InvalidSpec", message)
+        return failed(obs, "InvalidSpec", message, now=now)
     if spec.algorithm == Algorithm.MTP.value and obs.verifier_model_type not in MTP_COUNT_KEY:
         message = (
             f"mtp fine-tunes the verifier's native MTP layers and stitches them back for vLLM to serve with method "
             f"mtp; the verifier's model_type is {obs.verifier_model_type!r}, not one of {', '.join(MTP_COUNT_KEY)}"
         )
-        return failed(obs, "InvalidSpec", message)
+        return failed(obs, "InvalidSpec", message, now=now)
     positions = obs.verifier_max_positions
     if spec.data is not None and positions is not None and spec.data.seq_length > positions:
         message = (f"data.seqLength {spec.data.seq_length} exceeds the verifier's max_position_embeddings "
                    f"{obs.verifier_max_positions}: vLLM would refuse the longer samples")  # fmt: skip
-        return failed(obs, "InvalidSpec", message)
+        return failed(obs, "InvalidSpec", message, now=now)
     evaluated = evaluation_of(obs)
     passed = evaluated if evaluated and evaluated.get("outcome") == EvaluationOutcome.PASSED else None
     inputs = Inputs(
@@ -254,7 +263,7 @@ def plan(
         all_stages = stages(inputs)
         swept = curve_of(obs.reports, all_stages)
         if swept.problem:
-            return failed(obs, SWEEP_FAILED, f"the sweep's points do not make one curve: {swept.problem}")
+            return failed(obs, SWEEP_FAILED, f"the sweep's points do not make one curve: {swept.problem}", now=now)
         if swept.curve is not None and passed is not None:
             # the curve goes into the published record whole, its summary into status.evaluation
             evaluated = passed = {**passed, "sweep": swept.curve.summary()}
@@ -263,7 +272,7 @@ def plan(
         for role in {s.server for s in all_stages if s.server}:
             server(inputs, role)  # an unrenderable server fails the run now, not when its stage comes
     except RenderError as exc:
-        return failed(obs, "InvalidSpec", str(exc))
+        return failed(obs, "InvalidSpec", str(exc), now=now)
 
     stage_rows: list[dict[str, Any]] = []
     current: Stage | None = None
@@ -280,7 +289,7 @@ def plan(
 
     fields: dict[str, Any] = {
         "stages": stage_rows,
-        "start_time": current_status.start_time or now(),
+        "start_time": current_status.start_time or stamp(now),
         "progress": _progress(spec, obs),
         "provenance": _provenance(inputs, obs, all_stages),
     }
@@ -288,7 +297,7 @@ def plan(
         fields["evaluation"] = evaluated
     conds = _audit_conditions(gen, obs)
     if current is None:
-        return _succeeded(name, spec, obs, fields, conds)
+        return _succeeded(name, spec, obs, fields, conds, now)
     fields["stage"] = current.name
     if current_state == "Failed":
         message = _failure_message(current.name, current_details, obs.failures.get(current.name))
@@ -307,7 +316,7 @@ def plan(
             current_status, gen, *conds,
             make_condition(gen, "Ready", False, "StageFailed", message),
             make_condition(gen, "Failed", True, reason, message),
-            phase="Failed", completion_time=current_status.completion_time or now(), **fields,
+            phase="Failed", completion_time=current_status.completion_time or stamp(now), **fields, now=now,
         )  # fmt: skip
         events = [] if current_status.phase == "Failed" else [("Warning", reason, message)]
         return Plan([], _stop_servers(obs), status, events)
@@ -329,14 +338,14 @@ def plan(
                    f"LeaderWorkerSet API; {group.INSTALL_HINT}")  # fmt: skip
     elif current.server:
         apply += server(inputs, current.server)
-        late = _server_late(spec, obs, current) or _still_late(obs, current, exists)
+        late = _server_late(spec, obs, current, now) or _still_late(obs, current, exists)
         if late and is_sweep(current.name):
             bound = "evaluation.sweep.timeoutSeconds"
             words = late.get("message") or _late_words(server_name(name, current.server), late, current.name, bound)
-            return failed(obs, SWEEP_FAILED, str(words), fields)
+            return failed(obs, SWEEP_FAILED, str(words), fields, now=now)
         if late:
             words = _late_words(server_name(name, current.server), late)
-            return failed(obs, EvaluationOutcome.SERVER_NOT_READY, words, {**fields, "evaluation": late})
+            return failed(obs, EvaluationOutcome.SERVER_NOT_READY, words, {**fields, "evaluation": late}, now=now)
         if not exists and not server_available(obs.servers.get(current.server)):
             ready_reason = "WaitingForServer"
             message = f"stage {current.name} waits for its vLLM server {server_name(name, current.server)}"
@@ -358,7 +367,7 @@ def plan(
     status = evolve(
         evolve(current_status, None, conditions=unready), gen, *conds,
         make_condition(gen, "Failed", False, ready_reason, message),
-        phase=current.phase, completion_time=None, **fields,
+        phase=current.phase, completion_time=None, **fields, now=now,
     )  # fmt: skip
     events = []
     if current_status.phase == "Failed":
@@ -390,10 +399,10 @@ def _evaluation_words(ev: dict[str, Any]) -> str:
     return said + ") is below " + " / ".join(bounds or ["its bound"])
 
 
-def _server_late(spec: SpeculatorTrainJobSpec, obs: Observed, stage: Stage) -> dict[str, Any] | None:
+def _server_late(spec: SpeculatorTrainJobSpec, obs: Observed, stage: Stage, now: datetime) -> dict[str, Any] | None:
     """The evaluation (outcome EvaluationServerNotReady, how long it waited) once it has waited too long for its
-    server; None while within evaluation.timeoutSeconds, counted from the server's creation (the client Job is
-    bounded by the same limit once it runs)."""
+    server; None while within evaluation.timeoutSeconds, counted from the server's creation to `now` (the client Job
+    is bounded by the same limit once it runs)."""
     if spec.evaluation is None or obs.jobs.get(stage.name) is not None:
         return None
     if stage.name == "evaluate":
@@ -410,7 +419,7 @@ def _server_late(spec: SpeculatorTrainJobSpec, obs: Observed, stage: Stage) -> d
         since = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
     except ValueError:
         return None
-    waited = int((obs.now() - since).total_seconds())
+    waited = int((now - since).total_seconds())
     if waited <= limit:
         return None
     return {"outcome": EvaluationOutcome.SERVER_NOT_READY.value, "serverWaitSeconds": waited, "timeoutSeconds": limit}
@@ -467,7 +476,12 @@ def _audit_conditions(gen: int, obs: Observed) -> list[Condition]:
 
 
 def _succeeded(
-    name: str, spec: SpeculatorTrainJobSpec, obs: Observed, fields: dict[str, Any], conds: list[Condition]
+    name: str,
+    spec: SpeculatorTrainJobSpec,
+    obs: Observed,
+    fields: dict[str, Any],
+    conds: list[Condition],
+    now: datetime,
 ) -> Plan:
     gen = obs.generation
     published = obs.reports.get("publish", NO_REPORT)
@@ -479,8 +493,8 @@ def _succeeded(
         make_condition(gen, "Published", True, "Published", message),
         make_condition(gen, "Ready", True, "Succeeded", message),
         make_condition(gen, "Failed", False, "Succeeded", message),
-        phase="Succeeded", stage=None, completion_time=obs.status.completion_time or now(),
-        checkpoint={k: v for k, v in checkpoint.items() if v}, audit=audit, **fields,
+        phase="Succeeded", stage=None, completion_time=obs.status.completion_time or stamp(now),
+        checkpoint={k: v for k, v in checkpoint.items() if v}, audit=audit, **fields, now=now,
     )  # fmt: skip
     events = [] if obs.status.phase == "Succeeded" else [("Normal", "Succeeded", message)]
     handoff = None
@@ -504,12 +518,12 @@ def _prune(spec: SpeculatorTrainJobSpec, status: SpeculatorTrainJobStatus) -> in
 
 
 def handed_off(
-    status: SpeculatorTrainJobStatus, generation: int, target: str, reason: HandOff, message: str
+    status: SpeculatorTrainJobStatus, generation: int, target: str, reason: HandOff, message: str, *, now: datetime
 ) -> SpeculatorTrainJobStatus:
-    """The status after a hand-off attempt to `target`."""
+    """The status after a hand-off attempt to `target` (at `now`, the pass's time)."""
     ok = reason in (HandOff.OFFERED, HandOff.PATCHED, HandOff.FOLLOWING)
     return evolve(status, generation, make_condition(generation, "HandedOff", ok, reason, message),
-                  deployed_to=target if ok else status.deployed_to)  # fmt: skip
+                  deployed_to=target if ok else status.deployed_to, now=now)  # fmt: skip
 
 
 def retained(status: SpeculatorTrainJobStatus, retention: Retention) -> SpeculatorTrainJobStatus:

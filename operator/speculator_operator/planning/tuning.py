@@ -1,5 +1,5 @@
-"""Closed-loop tuning of K and the per-batch-size schedule (`serving.tuning.mode: Auto`). Pure: the scrape
-loop (controllers/telemetry.py) calls `plan_tuning` with the acceptance it just computed; the deployment
+"""Closed-loop tuning of K and the per-batch-size schedule (`serving.tuning.mode: Auto`). Pure: a scrape's
+judgement (planning/judgement.py) calls `plan_tuning` with the acceptance it just computed; the deployment
 planner calls `applied` to render what was tuned.
 
 Rules, so that Auto never fights the user and never flaps:

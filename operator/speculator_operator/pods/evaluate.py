@@ -4,8 +4,8 @@ before the draft is published (the held-out prompts it sends come from pods/hold
 - `trainer evaluate`: wait for the evaluation server (within the stage's timeout), read vLLM's
   spec-decode counters, send every prompt with fixed sampling (EOS ignored, so each request generates
   exactly --max-tokens), read the counters again once they have settled, and judge the increase with the
-  telemetry code (telemetry/acceptance.py): acceptance rate, mean accepted length, alpha, the predicted
-  speedup from the draft/verifier cost ratio. The numbers are the stage's report, on failure too.
+  telemetry code (telemetry/vllm_metrics.py, telemetry/acceptance.py): acceptance rate, mean accepted length,
+  alpha, the predicted speedup from the draft/verifier cost ratio. The numbers are the stage's report, on failure too.
 """
 
 from __future__ import annotations
@@ -21,22 +21,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from speculator_operator.adapters.checkpoints import checkpoint_dir, load_checkpoint, load_verifier_config
 from speculator_operator.api.common import stored
 from speculator_operator.api.podcontract import EvaluationOutcome, ExitCode
-from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_dir, load_checkpoint, load_verifier_config
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.economics import pair_cost_ratio
 from speculator_operator.pods.holdout import EvaluationError
 from speculator_operator.pods.trainer.report import report
 from speculator_operator.render.serving import RenderError, draft_of
-from speculator_operator.telemetry.acceptance import (
-    Economics,
-    MetricsError,
-    Sample,
-    Totals,
-    acceptance_status,
-    increment,
-    parse_sample,
-)
+from speculator_operator.telemetry.acceptance import Economics, acceptance_status
+from speculator_operator.telemetry.vllm_metrics import MetricsError, Sample, Totals, increment, parse_sample
 
 BELOW = EvaluationOutcome.BELOW_THRESHOLD
 ZERO = EvaluationOutcome.ZERO_DRAFTS

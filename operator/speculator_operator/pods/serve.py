@@ -22,6 +22,7 @@ import re
 import sys
 from pathlib import Path
 
+from speculator_operator.adapters.checkpoints import audit, checkpoint_dir, load_checkpoint, read_verifier
 from speculator_operator.api.podcontract import (
     REPORT_LIMIT,
     REPORT_PATH_DEFAULT,
@@ -29,7 +30,7 @@ from speculator_operator.api.podcontract import (
     ServerExit,
     ServerExitReason,
 )
-from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_checkpoint, read_verifier
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.releases import pod_release
 from speculator_operator.pods.device import write_device_file
 from speculator_operator.pods.supervise import supervise, write_record

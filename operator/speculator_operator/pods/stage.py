@@ -12,8 +12,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from speculator_operator.adapters.sources import HfSource, S3Source, s3_client
 from speculator_operator.domain.checkpoint.manifest import FileEntry, Kind, Manifest, s3_revision
-from speculator_operator.domain.checkpoint.sources import HfSource, S3Source, SourceError, s3_client
+from speculator_operator.domain.checkpoint.sources import SourceError
+from speculator_operator.domain.location import Location
 
 
 def stage(
@@ -35,12 +37,14 @@ def stage(
         print(f"stage: {exc}", file=sys.stderr)
         return 2
     target.mkdir(parents=True, exist_ok=True)
-    if source.startswith("s3://"):
+    where = Location.parse(source)
+    if where.is_s3:
         code = _stage_s3(source, target, revision, files, kind)
-    elif source.startswith("hf://"):
+    elif where.is_hub:
         code = _stage_hub(source, target, revision, files, kind)
-    elif source.startswith("pvc://") or source.startswith("/"):
-        shutil.copytree(Path(source.removeprefix("pvc://")), target, dirs_exist_ok=True, symlinks=False)
+    elif where.is_pvc or (where.is_path and Path(where.path).is_absolute()):
+        local = Path(where.root, where.path) if where.is_pvc else Path(where.path)
+        shutil.copytree(local, target, dirs_exist_ok=True, symlinks=False)
         code = 0
     else:
         print(f"stage: unsupported source {source!r}", file=sys.stderr)
@@ -55,8 +59,8 @@ REFUSAL = "refusing to serve a pair that was not audited together"
 
 
 def _stage_s3(source: str, target: Path, revision: str | None, files: Manifest | None, kind: Kind) -> int:
-    bucket, _, prefix = source.removeprefix("s3://").partition("/")
-    found = S3Source(bucket, prefix, client=s3_client(), kind=kind)
+    where = Location.parse(source)
+    found = S3Source(where.root, where.path, client=s3_client(), kind=kind)
     try:
         now = found.manifest
     except SourceError as exc:
@@ -146,8 +150,9 @@ def _stage_hub(source: str, target: Path, revision: str | None, files: Manifest 
     lists for large (LFS) files is checked."""
     from huggingface_hub import hf_hub_download
 
-    repo, _, rev = source.removeprefix("hf://").partition("@")
-    pinned = revision or rev or None
+    where = Location.parse(source)
+    repo = where.root
+    pinned = revision or where.revision or None
     if files is None:
         try:
             files = HfSource(repo, pinned, kind=kind).manifest

@@ -27,8 +27,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from speculator_operator.adapters.checkpoints import checkpoint_dir, load_checkpoint
 from speculator_operator.api.podcontract import ExitCode
-from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_dir, load_checkpoint
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.sweep import Point
 from speculator_operator.pods.device import read_device_file
 from speculator_operator.pods.evaluate import complete, http_get, load_prompts, wait_ready

@@ -15,7 +15,7 @@ import copy
 from typing import Any
 
 from speculator_operator.api.labels import ROLE_LABEL
-from speculator_operator.api.parallelism import Layout
+from speculator_operator.domain.parallelism import Layout
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
 KIND = "LeaderWorkerSet"

@@ -27,11 +27,12 @@ from speculator_operator.api.labels import (
     REVISION_LABEL,
     ROLE_LABEL,
 )
-from speculator_operator.api.parallelism import Layout
 from speculator_operator.domain.algorithms import MTP_METHOD, SERVED_AS_DRAFT, Algorithm
 from speculator_operator.domain.checkpoint.manifest import Kind, Manifest
 from speculator_operator.domain.checkpoint.model import Checkpoint
 from speculator_operator.domain.economics import schedule_from_cutoff
+from speculator_operator.domain.location import Location, Scheme
+from speculator_operator.domain.parallelism import Layout
 from speculator_operator.domain.releases import VLLM_FEATURES, Release, Version, pinned, supports
 from speculator_operator.render import group
 
@@ -244,7 +245,8 @@ def _meta(inputs: Inputs, name: str) -> dict[str, Any]:
 
 def pvc_volume(uri: str, name: str, mount: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(volume, volumeMount) for pvc://claim/sub/path, mounted read-only at `mount`."""
-    claim, _, sub = uri.removeprefix("pvc://").partition("/")
+    where = Location.parse(uri)
+    claim, sub = where.root, where.path
     mount_spec: dict[str, Any] = {"name": name, "mountPath": mount, "readOnly": True}
     if sub.strip("/"):
         mount_spec["subPath"] = sub.strip("/")
@@ -256,7 +258,7 @@ def _verifier_location(inputs: Inputs) -> tuple[str, list[str]]:
     verifier = inputs.spec.verifier
     if not verifier.is_hub:
         return VERIFIER_DIR, []
-    return verifier.uri.removeprefix("hf://"), ["--revision", inputs.verifier_revision or verifier.revision]
+    return verifier.location.root, ["--revision", inputs.verifier_revision or verifier.revision]
 
 
 def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any] | None, list[tuple[str, str]]]:
@@ -374,35 +376,36 @@ def render(inputs: Inputs) -> Rendered:
     mounts: list[dict[str, Any]] = [{"name": "models", "mountPath": "/models"}, {"name": "dshm", "mountPath": SHM}]
     source = inputs.draft_source or spec.speculator.source or ""
     stitched = inputs.draft.stitched
-    if source.startswith(("s3://", "hf://")):
+    draft_at, verifier_at = Location.parse(source), spec.verifier.location
+    if draft_at.scheme in (Scheme.S3, Scheme.HUB):
         kind: Kind = "verifier" if stitched else "draft"  # served as the target: its tokenizer with it
         init.append(_stage(inputs, source, DRAFT_DIR, kind, inputs.draft.revision, inputs.draft.manifest))
-    elif source.startswith("pvc://"):
+    elif draft_at.is_pvc:
         volume, mount = pvc_volume(source, "draft", DRAFT_DIR)
         volumes.append(volume)
         mounts.append(mount)
     else:
         raise RenderError(f"speculator source {source!r}: expected hf://, s3:// or pvc://")
-    if spec.verifier.model.startswith("s3://") and not stitched:
+    if verifier_at.is_s3 and not stitched:
         verifier_stage = _stage(
             inputs, spec.verifier.model, VERIFIER_DIR, "verifier", inputs.verifier_revision, inputs.verifier_manifest
         )
         init.append(verifier_stage)
-    elif spec.verifier.model.startswith("pvc://"):
+    elif verifier_at.is_pvc:
         volume, mount = pvc_volume(spec.verifier.model, "verifier", VERIFIER_DIR)
         volumes.append(volume)
         mounts.append(mount)
     # what the entrypoint audits the draft against: the mounted/staged copy, or the pinned hub commit
     if spec.verifier.is_hub:
         served_verifier = f"{spec.verifier.uri}@{inputs.verifier_revision or spec.verifier.revision}"
-    elif stitched and spec.verifier.model.startswith("s3://"):
+    elif stitched and verifier_at.is_s3:
         served_verifier = spec.verifier.model  # not staged: only its config.json is read, to audit against
     else:
         served_verifier = VERIFIER_DIR
     # the entrypoint audits the staged draft once more, then runs vLLM with exactly these arguments
     serve = ["speculator-operator", "serve", "--draft", DRAFT_DIR, "--verifier", served_verifier]
     serve += ["--release", inputs.release.name]
-    if inputs.verifier_revision and not spec.verifier.model.startswith("pvc://"):
+    if inputs.verifier_revision and not verifier_at.is_pvc:
         serve += ["--verifier-revision", inputs.verifier_revision]
     if inputs.verifier_content:
         serve += ["--verifier-content", inputs.verifier_content]

@@ -194,13 +194,15 @@ def list_objects(
     return cast(list[dict[str, Any]], _json(found).get("items") or [])
 
 
-def delete_object(api_version: str, kind: str, namespace: str, name: str) -> None:
-    """Delete an object; one already gone is not an error."""
+def delete_object(api_version: str, kind: str, namespace: str, name: str) -> bool:
+    """Delete an object; one already gone is not an error (False)."""
     try:
         resource_for(api_version, kind).delete(name=name, namespace=namespace, serialize=False)
     except ApiException as exc:
         if exc.status != 404:
             raise
+        return False
+    return True
 
 
 def custom(plural: str) -> Resource:

@@ -10,10 +10,10 @@ task per object and kind. Here:
 - an event handler (kopf writes nothing for those) enqueues an object the first time the operator sees it
   and whenever its `.metadata.generation` moves past the one its last pass read (rules:
   runtime/schedule.py); retries and back-off are the work queue's;
-- one loop, started with the first event (it inherits the context kopf's event poster lives in), runs the
-  periodic jobs (`every`) of every object it has seen, at most one run per object and job at a time. The
-  jobs decide in the loop whether anything is due, do slow reads (a log, a scrape, a revision) in a lane of
-  their own, hold what they observed in memory, and enqueue the object: only its pass writes.
+- one loop, started with the first event, runs the periodic jobs (`every`) of every object it has seen, at
+  most one run per object and job at a time. The jobs decide in the loop whether anything is due, do slow
+  reads (a log, a scrape, a revision) in a lane of their own, hold what they observed in memory, and enqueue
+  the object: only its pass writes.
   Bodies are kept without managedFields (what the jobs read, nothing more), as compact JSON decoded for each
   job run (`_Seen`).
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import json
 import logging
 import time
@@ -37,6 +36,7 @@ from speculator_operator.api.common import GROUP, VERSION
 from speculator_operator.planning.passes import Cause
 from speculator_operator.runtime import metrics
 from speculator_operator.runtime.controller import Controller
+from speculator_operator.runtime.events import EventRecorder
 from speculator_operator.runtime.kube import PERIODIC_WORKERS, unreachable, waited
 from speculator_operator.runtime.schedule import Every, Generations
 
@@ -77,6 +77,7 @@ _objects: dict[str, dict[str, _Seen]] = {}
 _running: set[tuple[str, str]] = set()
 _tasks: set[asyncio.Task[None]] = set()
 _task: asyncio.Task[None] | None = None
+_recorder: EventRecorder | None = None  # the operator's events, from start-up to clean-up (runtime/events.py)
 metrics.tracked("periodic.objects", lambda: sum(len(seen) for seen in list(_objects.values())))
 metrics.tracked(
     "periodic.generations", lambda: sum(len(g.handled) + len(g.failed) for g in list(_generations.values()))
@@ -181,9 +182,8 @@ def latest(plural: str, uid: str) -> kopf.Body | None:
 
 
 async def in_lane(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run `fn(*args)` in the periodic pool, with kopf's context (its event poster, its settings)."""
-    context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(PERIODIC_LANE, context.run, waited("periodic", fn), *args)
+    """Run `fn(*args)` in the periodic pool."""
+    return await asyncio.get_running_loop().run_in_executor(PERIODIC_LANE, waited("periodic", fn), *args)
 
 
 def _start() -> None:
@@ -195,8 +195,9 @@ def _start() -> None:
 @kopf.on.startup()
 def reset(settings: kopf.OperatorSettings, **_: Any) -> None:
     """A fresh start: every object is reconciled again when seen, as kopf's resume did (an operator
-    restarted in the same process, as the tests do, starts from nothing as well)."""
-    global _task
+    restarted in the same process, as the tests do, starts from nothing as well). The controllers are handed
+    the recorder their passes post their events through."""
+    global _task, _recorder
     _task = None
     for objects in _objects.values():
         objects.clear()
@@ -206,14 +207,19 @@ def reset(settings: kopf.OperatorSettings, **_: Any) -> None:
     for job in _jobs:
         job.every.next_at.clear()
     _running.clear()
+    if _recorder is not None:
+        _recorder.close()
+    _recorder = EventRecorder()
     for controller in _controllers.values():
-        controller.start()
+        controller.start(_recorder)
 
 
 @kopf.on.cleanup()
 async def stop(**_: Any) -> None:
     for controller in _controllers.values():
         await asyncio.to_thread(controller.stop)
+    if _recorder is not None:
+        await asyncio.to_thread(_recorder.close)  # what the last passes said is posted first
     if _task is not None:
         _task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -8,8 +8,15 @@ tuning decision, a publish, a drift) only *adds the object's key with its cause*
 - a pass that raises, or asks for it, is retried after a per-key back-off that doubles from `base_delay` up to
   `max_delay`, and is reset by the key's next pass that succeeds (controller-runtime's per-item exponential
   rate limiter, `workqueue.DefaultTypedItemBasedRateLimiter`);
+- a pass that raises `Terminal` (an error no retry can mend: the operator's own bug) is not retried: the queue
+  tells `terminal(key, error)` on the pass's own worker, before the key can be taken again, so that the key's
+  controller says so (a condition, an event) within the one-pass-per-key rule; its back-off is reset, and the
+  key's next add runs a pass as usual (controller-runtime's `reconcile.TerminalError`);
 - a pass that asks to run again after a delay (`Result.after`: a poll that is due later) is added back then,
   without back-off;
+- a key has at most one delayed add pending (`add_after`, a retry, a `Result.after`): another keeps the earlier
+  deadline and gathers its cause too, so the pass that fires gets every cause (and the lane they make), and
+  `forget` cancels it (controller-runtime's delaying queue: an item waits once, for its earliest time);
 - a key whose gathered causes are all quick ones (`quick(causes)`: a child's readiness, say) is taken before
   the others, and `quick_workers` workers take only such keys: a burst of slow passes (audits of a thousand new
   objects) never makes a child's event wait behind it. A quick key that is given a slow cause joins the others;
@@ -22,19 +29,70 @@ status; two passes of one object at once, from copies of different ages, could a
 newer one. controller-runtime (`pkg/internal/controller/controller.go`) makes that impossible by structure with
 one queue, a dirty set and a processing set; this is the same in Python threads, because the passes block on
 the API server and the checkpoint sources. Pure of Kubernetes: the keys and the handler are the caller's.
+
+Each pass runs with a pass id (`current_pass()`: the key's label and the queue's count of passes taken), which
+`log_pass_ids()` puts in every log line written during the pass, on whichever logger: the lines of one pass can be
+told from those of the pass before (docs/operations/troubleshooting.md).
 """
 
 from __future__ import annotations
 
+import contextvars
 import heapq
+import itertools
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
+log = logging.getLogger(__name__)
+
+_PASS: contextvars.ContextVar[str | None] = contextvars.ContextVar("speculator_pass", default=None)
+
+
+def current_pass() -> str | None:
+    """The id of the pass running on this thread (None outside a pass)."""
+    return _PASS.get()
+
+
+_installed = threading.Lock()
+_factory: Callable[..., logging.LogRecord] | None = None
+
+
+def log_pass_ids() -> None:
+    """From now on, every log record made during a pass, on any logger, starts with `pass=<id>` and carries the id
+    as `record.pass_id` (None outside a pass) for a formatter that places it itself. Done where records are made
+    (the record factory), not by a filter: a logger's filter sees only the records of that logger itself, not of
+    its children, and a handler's only what reaches that handler. Installed once; again does nothing."""
+    global _factory
+    with _installed:
+        if _factory is not None:
+            return
+        previous = logging.getLogRecordFactory()
+
+        def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            pass_id = _PASS.get()
+            record.pass_id = pass_id
+            if pass_id is not None:
+                record.msg = f"pass={pass_id} {record.msg}"
+            return record
+
+        _factory = make
+        logging.setLogRecordFactory(make)
+
+
+class Terminal(Exception):
+    """A pass failed in a way no retry mends (a status its model refuses: a bug of the operator's): not retried;
+    the queue's `terminal` callback is told. `error` is what was raised."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
 
 
 @dataclass(frozen=True)
@@ -78,10 +136,20 @@ class _Lane(Generic[K]):
 
 @dataclass(order=True)
 class _Timer(Generic[K]):
+    """An entry of the timers' heap; stale once its key's pending add is due earlier, fired or forgotten."""
+
     due: float
     seq: int
     key: K = field(compare=False)
-    cause: str = field(compare=False)
+
+
+@dataclass
+class _Delayed:
+    """A key's one pending delayed add: when (the earliest asked for), with which causes (all of them)."""
+
+    due: float
+    seq: int
+    causes: set[str]
 
 
 class WorkQueue(Generic[K]):
@@ -98,9 +166,12 @@ class WorkQueue(Generic[K]):
         waited: Callable[[float, bool], None] | None = None,
         quick: Callable[[frozenset[str]], bool] | None = None,
         quick_workers: int = 0,
+        terminal: Callable[[K, Terminal], None] | None = None,
+        label: Callable[[K], str] = str,
     ) -> None:
         """`waited(seconds, quick)` is told, as each pass starts, how long its key waited in the queue for a worker,
-        and whether it was taken as a quick key."""
+        and whether it was taken as a quick key. `terminal(key, error)` is told of a pass that raised `Terminal`,
+        on its worker. `label(key)` names the key in its passes' ids."""
         self._handler, self._base, self._max, self._clock = handler, base_delay, max_delay, clock
         self._quick = quick
         self._urgent: _Lane[K] = _Lane()  # ready keys whose causes are all quick
@@ -112,7 +183,10 @@ class WorkQueue(Generic[K]):
         self._priority: dict[K, int] = {}  # queued or dirty keys -> the highest priority they were added with
         self._processing: set[K] = set()
         self._failures: dict[K, int] = {}  # consecutive failed passes per key: the back-off's exponent
-        self._timers: list[_Timer[K]] = []
+        self._timers: list[_Timer[K]] = []  # a heap; an entry is live while it is its key's `_delayed` one
+        self._delayed: dict[K, _Delayed] = {}  # keys with a delayed add pending -> when, and its causes
+        self._terminal, self._label = terminal, label
+        self._taken = itertools.count(1)  # numbers the passes, for their ids
         self._seq = 0
         self._stopped = False
         self.passes = 0  # passes run, for a passes_total metric
@@ -163,17 +237,38 @@ class WorkQueue(Generic[K]):
         self._lock.notify_all()
 
     def add_after(self, key: K, cause: str, delay: float) -> None:
-        """`add(key, cause)` in `delay` seconds."""
+        """`add(key, cause)` in `delay` seconds; if the key already waits for a delayed add, the earlier of the two
+        deadlines is kept, and the add then carries both causes."""
         with self._lock:
-            self._seq += 1
-            heapq.heappush(self._timers, _Timer(self._clock() + max(delay, 0.0), self._seq, key, cause))
-            self._lock.notify_all()
+            self._delay(key, cause, delay)
+
+    def _delay(self, key: K, cause: str, delay: float) -> None:
+        due = self._clock() + max(delay, 0.0)
+        pending = self._delayed.get(key)
+        if pending is not None:
+            pending.causes.add(cause)
+            if pending.due <= due:
+                return
+            pending.due = due  # sooner: a new heap entry, the old one is left stale
+        else:
+            pending = self._delayed[key] = _Delayed(due, 0, {cause})
+        self._seq += 1
+        pending.seq = self._seq
+        heapq.heappush(self._timers, _Timer(due, self._seq, key))
+        self._lock.notify_all()
 
     def forget(self, key: K) -> None:
-        """Drop what is kept about `key` (its failures) once its object is gone; a pending timer of it still
-        fires, and its pass finds nothing."""
+        """Drop what is kept about `key` once its object is gone: its failures, and its pending delayed add."""
         with self._lock:
             self._failures.pop(key, None)
+            if self._delayed.pop(key, None) is not None:
+                self._lock.notify_all()  # wait_idle may be waiting on it
+
+    def delayed(self, key: K) -> tuple[float, frozenset[str]] | None:
+        """The key's pending delayed add: in how many seconds, with which causes (None: none)."""
+        with self._lock:
+            pending = self._delayed.get(key)
+            return None if pending is None else (pending.due - self._clock(), frozenset(pending.causes))
 
     def backoff(self, key: K) -> float:
         """The delay before the next retry of `key`: base · 2^(failures-1), capped."""
@@ -185,7 +280,7 @@ class WorkQueue(Generic[K]):
         """Wait until no key is queued or in a pass and no retry or requeue is pending (False: timed out)."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._queue or self._urgent or self._processing or self._timers:
+            while self._queue or self._urgent or self._processing or self._delayed:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -215,7 +310,7 @@ class WorkQueue(Generic[K]):
 
     # ---- workers -----------------------------------------------------------------------------------------
 
-    def _take(self, quick_only: bool = False) -> tuple[K, frozenset[str]] | None:
+    def _take(self, quick_only: bool = False) -> tuple[K, frozenset[str], str] | None:
         with self._lock:
             while not self._urgent and (quick_only or not self._queue) and not self._stopped:
                 self._lock.wait()
@@ -227,18 +322,36 @@ class WorkQueue(Generic[K]):
             self._processing.add(key)
             since = self._since.pop(key, None)
             causes = frozenset(self._causes.pop(key, set()))
+            pass_id = f"{self._label(key)}#{next(self._taken)}"
         if self._waited is not None and since is not None:
             self._waited(self._clock() - since, quick)
-        return key, causes
+        return key, causes, pass_id
 
     def _work(self, quick_only: bool = False) -> None:
         while (taken := self._take(quick_only)) is not None:
-            key, causes = taken
+            key, causes, pass_id = taken
+            token = _PASS.set(pass_id)
             try:
                 result = self._handler(key, causes)
+            except Terminal as exc:  # not retried: the key's controller says so, still within this pass
+                result = DONE if self._told(key, exc) else Result(retry=True)
             except Exception:  # a pass that raises is retried with back-off; the handler logs its own errors
                 result = Result(retry=True)
+            finally:
+                _PASS.reset(token)
             self._done(key, result)
+
+    def _told(self, key: K, error: Terminal) -> bool:
+        """Whether the key's controller was told (if it could not say so, the API server away, the pass is
+        retried, and says so then)."""
+        if self._terminal is None:
+            return True
+        try:
+            self._terminal(key, error)
+        except Exception:
+            log.exception("%s: the terminal error could not be reported; retried", self._label(key))
+            return False
+        return True
 
     def _done(self, key: K, result: Result) -> None:
         with self._lock:
@@ -246,14 +359,11 @@ class WorkQueue(Generic[K]):
             self._processing.discard(key)
             if result.retry:
                 self._failures[key] = self._failures.get(key, 0) + 1
-                delay = min(self._base * 2 ** (self._failures[key] - 1), self._max)
-                self._seq += 1
-                heapq.heappush(self._timers, _Timer(self._clock() + delay, self._seq, key, "retry"))
+                self._delay(key, "retry", min(self._base * 2 ** (self._failures[key] - 1), self._max))
             else:
                 self._failures.pop(key, None)
                 if result.after is not None:
-                    self._seq += 1
-                    heapq.heappush(self._timers, _Timer(self._clock() + result.after, self._seq, key, result.cause))
+                    self._delay(key, result.cause, result.after)
             if key in self._causes:  # added while it ran: exactly one more pass, now
                 self._ready(key)
             self._lock.notify_all()
@@ -262,16 +372,17 @@ class WorkQueue(Generic[K]):
         with self._lock:
             while not self._stopped:
                 now = self._clock()
-                due = []
+                due: list[tuple[K, set[str]]] = []
                 while self._timers and self._timers[0].due <= now:
-                    due.append(heapq.heappop(self._timers))
+                    timer = heapq.heappop(self._timers)
+                    pending = self._delayed.get(timer.key)
+                    if pending is not None and pending.seq == timer.seq:  # else stale: sooner, fired or forgotten
+                        del self._delayed[timer.key]
+                        due.append((timer.key, pending.causes))
+                for key, causes in due:  # under the same hold of the lock (reentrant): never idle in between
+                    for cause in sorted(causes):
+                        self.add(key, cause)
                 if due:
-                    self._lock.release()
-                    try:
-                        for timer in due:
-                            self.add(timer.key, timer.cause)
-                    finally:
-                        self._lock.acquire()
                     continue
                 wait = self._timers[0].due - now if self._timers else None
                 self._lock.wait(timeout=None if wait is None else min(wait, 1.0))

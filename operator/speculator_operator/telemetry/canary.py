@@ -6,9 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
-from speculator_operator.planning.canary import Measured
-from speculator_operator.telemetry.acceptance import Economics, Window, acceptance_status
+from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
+from speculator_operator.telemetry.acceptance import Economics, acceptance_status
+from speculator_operator.telemetry.vllm_metrics import Window
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One analysis interval as the scraper measured it: its wall-clock bounds and both sides' figures."""
+
+    start: str
+    end: str
+    candidate: Acceptance
+    incumbent: Acceptance
 
 
 @dataclass

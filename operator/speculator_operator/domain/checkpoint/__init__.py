@@ -1,4 +1,5 @@
-"""Checkpoints read header-only from a folder, s3:// or hf://, and the audit that gates serving them."""
+"""Checkpoints read header-only through a source (a folder, s3:// or hf://, opened by the shell:
+adapters/checkpoints.py), and the audit that gates serving them."""
 
 from speculator_operator.domain.checkpoint.audit import AuditReport, audit
 from speculator_operator.domain.checkpoint.manifest import Manifest
@@ -6,14 +7,11 @@ from speculator_operator.domain.checkpoint.model import (
     Checkpoint,
     CheckpointError,
     VerifierRef,
-    checkpoint_dir,
-    load_checkpoint,
-    load_served,
-    load_verifier_config,
-    read_verifier,
+    read_checkpoint,
+    read_verifier_ref,
 )
 from speculator_operator.domain.checkpoint.rules import RULES, Finding, Severity
-from speculator_operator.domain.checkpoint.sources import SourceError, open_source
+from speculator_operator.domain.checkpoint.sources import Source, SourceError
 
 __all__ = [
     "RULES",
@@ -23,13 +21,10 @@ __all__ = [
     "Finding",
     "Manifest",
     "Severity",
+    "Source",
     "SourceError",
     "VerifierRef",
     "audit",
-    "checkpoint_dir",
-    "load_checkpoint",
-    "load_served",
-    "load_verifier_config",
-    "open_source",
-    "read_verifier",
+    "read_checkpoint",
+    "read_verifier_ref",
 ]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speculator_operator.domain.checkpoint import stitched
-from speculator_operator.domain.checkpoint.model import Checkpoint, load_checkpoint
+from speculator_operator.domain.checkpoint.model import Checkpoint, read_checkpoint
 from speculator_operator.domain.checkpoint.rules import AuditContext, Finding, Severity, declared_draft, run_rules
 from speculator_operator.domain.checkpoint.sources import Source
 from speculator_operator.domain.releases import Release, Version
@@ -45,7 +45,7 @@ class AuditReport:
 
 
 def audit(
-    checkpoint: str | Source | Checkpoint,
+    checkpoint: Source | Checkpoint,
     *,
     verifier: dict[str, Any] | None = None,
     verifier_revision: str | None = None,
@@ -59,10 +59,11 @@ def audit(
     declared: tuple[str | None, int | None] = (None, None),
 ) -> AuditReport:
     """Run every audit rule (a stitched MTP model's own: checkpoint/stitched.py; `speculative_tokens` is the K
-    it is to be served with; `declared` the algorithm and speculative_tokens the deployment expects). Raises
-    CheckpointError only when the checkpoint cannot be read at all."""
+    it is to be served with; `declared` the algorithm and speculative_tokens the deployment expects). A source is
+    read here, header only (the shell opens a location: adapters/checkpoints.py). Raises CheckpointError only when
+    the checkpoint cannot be read at all."""
     t0 = time.perf_counter()
-    ck = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    ck = checkpoint if isinstance(checkpoint, Checkpoint) else read_checkpoint(checkpoint)
     pinned = vllm if vllm is not None else (release.vllm_version if release is not None else None)
     ctx = AuditContext(
         checkpoint=ck,

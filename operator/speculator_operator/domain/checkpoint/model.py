@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from speculator_operator.domain.algorithms import MTP_COUNT_KEY, Algorithm, Family, family_of
 from speculator_operator.domain.checkpoint.manifest import INDEX as INDEX_FILE
-from speculator_operator.domain.checkpoint.manifest import PROVENANCE, Kind, Manifest
+from speculator_operator.domain.checkpoint.manifest import PROVENANCE, Manifest
 from speculator_operator.domain.checkpoint.manifest import SINGLE as SINGLE_FILE
 from speculator_operator.domain.checkpoint.safetensors_header import HeaderError, TensorInfo, json_object, parse_header
-from speculator_operator.domain.checkpoint.sources import Source, SourceError, open_source, read_header
+from speculator_operator.domain.checkpoint.sources import Source, SourceError, read_header
 
 LAYER_RE = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
 
@@ -28,22 +26,6 @@ def _json_object(data: bytes, where: str) -> dict[str, Any]:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def checkpoint_dir(root: Path) -> Path:
-    """The checkpoint to audit and publish: checkpoint_best, else the last epoch, else the folder itself
-    (a dry run writes straight into the save path)."""
-    best = root / "checkpoint_best"
-    if best.exists():
-        return best.resolve()
-    epochs = (
-        sorted((int(p.name), p) for p in root.iterdir() if p.name.isdigit() and p.is_dir()) if root.is_dir() else []
-    )
-    if epochs:
-        return epochs[-1][1]
-    if (root / "config.json").exists():
-        return root
-    raise CheckpointError(f"{root}: no checkpoint_best, epoch folder or config.json")
 
 
 @dataclass
@@ -202,15 +184,10 @@ class Checkpoint:
         }
 
 
-def load_checkpoint(
-    location: str | Source, credentials: Mapping[str, str] | None = None, kind: Kind = "draft"
-) -> Checkpoint:
-    """Read config.json and every safetensors header, header only. `kind` chooses the files that make it up
-    (a stitched MTP model is served as the target: its tokenizer counts, as a verifier's does)."""
-    try:
-        source = open_source(location, credentials, kind) if isinstance(location, str) else location
-    except SourceError as exc:
-        raise CheckpointError(str(exc)) from None
+def read_checkpoint(source: Source) -> Checkpoint:
+    """Read config.json and every safetensors header through `source`, header only (the source's kind chose the
+    files that make it up: a stitched MTP model is served as the target, its tokenizer counts as a verifier's
+    does). Opening a location is the shell's: adapters/checkpoints.py."""
     try:
         config = _json_object(source.read_small("config.json"), f"{source.uri}/config.json")
         if source.exists(INDEX_FILE):
@@ -287,37 +264,16 @@ class VerifierRef:
     manifest: Manifest | None = None  # the files a pod stages (s3://)
 
 
-def load_served(location: str, credentials: Mapping[str, str] | None = None) -> Checkpoint:
-    """A SpeculatorDeployment's checkpoint: a draft, or a stitched MTP model, which is read again as what it
-    is served as (the target model, tokenizer and all) at the exact location a pointer led to."""
-    ck = load_checkpoint(location, credentials)
-    if not ck.stitched_mtp:
-        return ck
-    whole = load_checkpoint(ck.uri, credentials, kind="verifier")
-    whole.resolved_from = ck.resolved_from
-    return whole
-
-
-def read_verifier(location: str, credentials: Mapping[str, str] | None = None) -> VerifierRef:
-    """A verifier's config.json from a folder, s3:// or hf://, or a JSON file, with its revision and the
-    files that make it up (config, weights, tokenizer: checkpoint/manifest.py)."""
-    if not re.match(r"^[a-z][a-z0-9+.-]*://", location) and location.endswith(".json"):
-        try:
-            with open(location, "rb") as fh:
-                return VerifierRef(_json_object(fh.read(16 * 1024 * 1024 + 1), location), None)
-        except OSError as exc:
-            raise CheckpointError(f"{location}: {exc.strerror or exc}") from None
+def read_verifier_ref(source: Source) -> VerifierRef:
+    """A verifier's config.json through `source`, with its revision and the files that make it up (config, weights,
+    tokenizer: checkpoint/manifest.py)."""
     try:
-        source = open_source(location, credentials, kind="verifier")
         config = _json_object(source.read_small("config.json"), f"{source.uri}/config.json")
         return VerifierRef(config, source.revision, source.content, source.manifest)
     except SourceError as exc:
         raise CheckpointError(str(exc)) from None
 
 
-def load_verifier_config(
-    location: str, credentials: Mapping[str, str] | None = None
-) -> tuple[dict[str, Any], str | None]:
-    """A verifier's config.json and its revision (see read_verifier)."""
-    ref = read_verifier(location, credentials)
-    return ref.config, ref.revision
+def config_file(data: bytes, where: str) -> dict[str, Any]:
+    """A config.json read whole (a JSON object, or CheckpointError saying where it is not one)."""
+    return _json_object(data, where)

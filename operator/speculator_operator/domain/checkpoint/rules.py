@@ -13,6 +13,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import PurePosixPath
 from typing import Any, TypeGuard
 
 from speculator_operator.domain.algorithms import (
@@ -26,6 +27,7 @@ from speculator_operator.domain.algorithms import (
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE, select
 from speculator_operator.domain.checkpoint.model import Checkpoint
 from speculator_operator.domain.checkpoint.safetensors_header import TensorInfo
+from speculator_operator.domain.location import Location
 from speculator_operator.domain.releases import VLLM_ALGORITHMS, VLLM_FEATURES, Version, supports
 
 KNOWN_TYPES = KNOWN
@@ -516,14 +518,16 @@ def verifier_name(ctx: AuditContext) -> Iterator[str | Finding]:
     recorded = ctx.checkpoint.recorded_verifier.get("name_or_path")
     if not isinstance(recorded, str):
         return
-    if recorded.startswith("/"):
+    if PurePosixPath(recorded).is_absolute():
         yield Finding(
             "verifier-name",
             Severity.INFO,
             f"the recorded verifier is a local path ({recorded}); serve with the long form and an explicit verifier",
         )
     served = ctx.served_verifier
-    if served and served.removeprefix("hf://").split("@")[0].rstrip("/") != recorded.rstrip("/"):
+    where = Location.parse(served or "")
+    name = where.root if where.is_hub else (served or "").split("@")[0]
+    if served and name.rstrip("/") != recorded.rstrip("/"):
         yield f"the draft records verifier {recorded!r} but {served!r} is being served (fine for a quantized "
         "or re-hosted copy of the same model; otherwise acceptance will collapse)"
 

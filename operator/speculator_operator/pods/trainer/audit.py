@@ -6,7 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from speculator_operator.domain.checkpoint import CheckpointError, audit, checkpoint_dir, load_verifier_config
+from speculator_operator.adapters.checkpoints import audit, checkpoint_dir, load_verifier_config
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.releases import pod_release
 from speculator_operator.pods.trainer.report import report
 

@@ -7,6 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from speculator_operator.domain.location import Location
 from speculator_operator.pods.stage import stage as stage_copy
 from speculator_operator.pods.trainer.report import report
 
@@ -44,10 +45,11 @@ def fetch(
 
 def _fetch_data(source: str, target: Path) -> int:
     """Copy one data source (an object, a prefix, a file or a folder) to `target`."""
-    if source.startswith("s3://"):
+    where = Location.parse(source)
+    if where.is_s3:
         import boto3
 
-        bucket, _, key = source.removeprefix("s3://").partition("/")
+        bucket, key = where.root, where.path
         s3 = boto3.client("s3")
         keys = []
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from speculator_operator import __version__
-from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_dir
+from speculator_operator.adapters.checkpoints import checkpoint_dir
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.checkpoint.manifest import LATEST
 from speculator_operator.domain.checkpoint.manifest import PROVENANCE as MARKER
+from speculator_operator.domain.location import Location
 from speculator_operator.domain.releases import pod_release
 from speculator_operator.domain.sweep import Curve
 from speculator_operator.pods.trainer.report import report
@@ -156,9 +158,10 @@ def publish(
     }
     marker = {k: v for k, v in marker.items() if v is not None}
     try:
-        if target.startswith("s3://"):
+        where = Location.parse(target)
+        if where.is_s3:
             location = _publish_s3(target, files, marker)
-        elif target.startswith("hf://"):
+        elif where.is_hub:
             message = f"{algorithm} draft for {verifier}@{verifier_revision} ({job})"
             location = _publish_hub(target, files, marker, message)
         else:
@@ -187,8 +190,8 @@ def _publish_s3(target: str, files: dict[str, bytes | Path], marker: dict[str, A
     import boto3
     from botocore.exceptions import ClientError
 
-    bucket, _, prefix = target.removeprefix("s3://").partition("/")
-    prefix = prefix.strip("/")
+    where = Location.parse(target)
+    bucket, prefix = where.root, where.path.strip("/")
     s3 = boto3.client("s3")
     for name in _candidates(marker):
         location = f"{prefix}/{name}" if prefix else name
@@ -219,7 +222,7 @@ def _publish_hub(target: str, files: dict[str, bytes | Path], marker: dict[str, 
     """One commit (atomic); the commit sha names the bytes, the branch is the pointer."""
     from huggingface_hub import CommitOperationAdd, HfApi
 
-    repo = target.removeprefix("hf://").split("@")[0]
+    repo = Location.parse(target).root
     api = HfApi()
     api.create_repo(repo, exist_ok=True, private=True)
     ops = [

@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from speculator_operator.adapters.checkpoints import checkpoint_dir
 from speculator_operator.api.podcontract import progress_seconds
 from speculator_operator.domain.algorithms import Algorithm, Family, in_family
-from speculator_operator.domain.checkpoint import CheckpointError, checkpoint_dir
+from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.checkpoint.safetensors_header import header_length, parse_header
 from speculator_operator.pods import progress
 from speculator_operator.pods.trainer.report import expand, flag, report

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from speculator_operator.domain.location import Location, Scheme
 from speculator_operator.render.serving import (
     pvc_volume,
 )
@@ -22,11 +23,17 @@ from speculator_operator.render.training.common import (
 )
 
 
+def _fetched(uri: str) -> bool:
+    """Whether the fetch stage copies a data source into the workspace (s3:// and pvc://; the rest prepare-data
+    reads itself)."""
+    return Location.parse(uri).scheme in (Scheme.S3, Scheme.PVC)
+
+
 def _data_locations(inputs: Inputs) -> list[tuple[str, str]]:
     """(source, what prepare-data is given): s3:// and pvc:// sources are fetched into the workspace."""
     out = []
     for i, src in enumerate(inputs.spec.dataset.sources):
-        if src.startswith(("s3://", "pvc://")):
+        if _fetched(src):
             leaf = src.rstrip("/").rsplit("/", 1)[-1]
             out.append((src, f"{SOURCES}/{i}/{leaf}"))
         else:
@@ -39,7 +46,8 @@ def _pvc_mounts(uris: list[str], prefix: str) -> tuple[list[dict[str, Any]], lis
     volumes, mounts, paths = [], [], {}
     claims: dict[str, str] = {}
     for uri in uris:
-        claim, _, sub = uri.removeprefix("pvc://").partition("/")
+        where = Location.parse(uri)
+        claim, sub = where.root, where.path
         if claim not in claims:
             claims[claim] = f"src{len(claims)}"
             volume, mount = pvc_volume(f"pvc://{claim}", claims[claim], f"{prefix}/{claim}")
@@ -58,11 +66,11 @@ def fetch_stage(inputs: Inputs) -> Stage:
         command += ["--revision", inputs.verifier_revision]
     fetched = [] if spec.data is None else [(s, d) for s, d in _data_locations(inputs) if s != d]
     regen = spec.data.regenerate if spec.data is not None else None
-    if regen and regen.dataset.startswith(("s3://", "pvc://")):
+    if regen and _fetched(regen.dataset):
         fetched.append((regen.dataset, f"{SOURCES}/regenerate/{regen.dataset.rstrip('/').rsplit('/', 1)[-1]}"))
     convert = spec.convert
-    pvcs = [s for s, _ in fetched if s.startswith("pvc://")]
-    if convert is not None and convert.source.startswith("pvc://"):
+    pvcs = [s for s, _ in fetched if Location.parse(s).is_pvc]
+    if convert is not None and Location.parse(convert.source).is_pvc:
         pvcs.append(convert.source)
     volumes, mounts, local = _pvc_mounts(pvcs, "/mnt/sources")
     for src, dest in fetched:
@@ -82,7 +90,7 @@ def regenerate_stage(inputs: Inputs) -> Stage | None:
     if regen is None:
         return None
     dataset = regen.dataset
-    if dataset.startswith(("s3://", "pvc://")):
+    if _fetched(dataset):
         dataset = f"{SOURCES}/regenerate/{dataset.rstrip('/').rsplit('/', 1)[-1]}"
     command = [
         "speculators", "regenerate-responses",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from speculator_operator.domain.location import Location
 from speculator_operator.render.training import common
 from speculator_operator.render.training.common import OUTPUT_MOUNT, VERIFIER, Inputs, Stage, final_checkpoint
 
@@ -24,14 +25,14 @@ def publish_stage(inputs: Inputs) -> Stage:
     uri = spec.output.uri
     volumes, mounts = [], []
     target = uri
-    if uri.startswith("pvc://"):
-        claim, _, sub = uri.removeprefix("pvc://").partition("/")
-        volumes = [{"name": "output", "persistentVolumeClaim": {"claimName": claim}}]
+    output = Location.parse(uri)
+    if output.is_pvc:
+        volumes = [{"name": "output", "persistentVolumeClaim": {"claimName": output.root}}]
         mounts = [{"name": "output", "mountPath": OUTPUT_MOUNT}]
-        target = f"{OUTPUT_MOUNT}/{sub}"
+        target = f"{OUTPUT_MOUNT}/{output.path}"
     command = [
         "speculator-operator", "trainer", "publish", final_checkpoint(inputs), target,
-        "--verifier", spec.verifier.uri.removeprefix("hf://"),
+        "--verifier", spec.verifier.location.root if spec.verifier.is_hub else spec.verifier.uri,
         "--verifier-revision", inputs.verifier_revision or spec.verifier.revision,
         "--job", f"{inputs.namespace}/{inputs.name}",
         "--release", inputs.release.name,
