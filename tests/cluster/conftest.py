@@ -40,6 +40,7 @@ from speculator_operator.runtime.settings import Settings
 
 from ..ckptgen import SMALL_QWEN3 as SMALL
 from ..ckptgen import eagle3, write_checkpoint
+from ..lanes import CONTROL_PLANE_LANE, in_node_lane, lane
 
 REPO = Path(__file__).resolve().parents[2]
 # The operator runs in-process here, with these settings (runtime/settings.py; a variable set in the tests'
@@ -118,7 +119,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         return
 
     workdir = Path(os.environ.get("SPECULATOR_TEST_CLUSTER_DIR") or tmp_path_factory.mktemp("cluster"))
-    local = LocalCluster(workdir, _bin_dir(), real_node=True if node_required() else None, timeout=300)
+    # the control plane's lane runs beside the real node's (hack/test): the machine's one node is that lane's
+    wanted = False if lane() == CONTROL_PLANE_LANE else True if node_required() else None
+    local = LocalCluster(workdir, _bin_dir(), real_node=wanted, timeout=300)
     info = local.start()
     try:
         api = config.new_client_from_config(str(info.kubeconfig))
@@ -162,9 +165,19 @@ def helm_beside(cluster: Cluster) -> Path:
     return exe
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that need no real node to be up (they start and stop their own) run before the session's
-    cluster starts one."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a lane (SPECULATOR_TEST_LANE, tests/lanes.py) only that lane's part of tests/cluster runs. Tests that
+    need no real node to be up (they start and stop their own) run before the session's cluster starts one."""
+    wanted = lane()
+    if wanted is not None:
+        cluster_dir = Path(__file__).resolve().parent
+        other = [item for item in items
+                 if cluster_dir in Path(str(item.path)).resolve().parents
+                 and in_node_lane(item) != (wanted != CONTROL_PLANE_LANE)]  # fmt: skip
+        if other:
+            config.hook.pytest_deselected(items=other)
+            dropped = {id(item) for item in other}
+            items[:] = [item for item in items if id(item) not in dropped]
     items.sort(key=lambda item: item.get_closest_marker("before_cluster") is None)
 
 

@@ -17,6 +17,7 @@ from .conftest import Cluster
 pytestmark = pytest.mark.cluster
 
 
+@pytest.mark.node_lane
 def test_every_listener_is_on_loopback_or_the_node_gateway(cluster: Cluster) -> None:
     """Nothing listens beyond this machine: loopback, and — with the real node — the node bridge's gateway
     address, for the servers the pods must reach (API server, S3, cluster DNS) and the kubelet (which

@@ -201,17 +201,13 @@ def test_the_pinned_vllm_judges_a_draft_built_to_agree_or_to_disagree(
 
 
 def test_a_server_without_the_draft_is_zero_drafts(
-    vllm_env: Path, known_pair: dict[str, Path], workspace_with_held_out: Path, tmp_path: Path
+    known_pair: dict[str, Path], workspace_with_held_out: Path, plain_server: RenderedServer, tmp_path: Path
 ) -> None:
-    """The plain verifier server (no speculative config) in the evaluator's place: nothing is drafted."""
+    """The plain verifier server (no speculative config: the sweep's plain server) in the evaluator's place: nothing
+    is drafted."""
     ws = workspace_with_held_out
     with_draft(ws, known_pair["agree"])
-    inputs = rendered()
-    srv = start_server(vllm_env, inputs, "verifier", ws, tmp_path / "plain.log")
-    try:
-        got, reported, stderr = evaluate(inputs, ws, srv.url(""), tmp_path / "evaluate.report")
-    finally:
-        srv.stop()
+    got, reported, stderr = evaluate(rendered(), ws, plain_server.url(""), tmp_path / "evaluate.report")
     assert got == 4, stderr[-3000:]
     assert reported["evaluation"]["outcome"] == "ZeroDrafts"
     assert reported["evaluation"]["tokens"] == HELD_OUT * 16
@@ -230,6 +226,21 @@ SWEEP_SPEC: dict[str, Any] = {
 }
 
 
+@pytest.fixture(scope="module")
+def plain_server(vllm_env: Path, workspace_with_held_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The sweep's plain-decoding server (sweeper-plain: the verifier, no draft), started once for the module: the
+    zero-drafts check, the sweep's plain stage and, last, the server killed mid-sweep all run against it. Each client
+    reads vLLM's counters before and after what it measures, so what an earlier check sent is not counted."""
+    stage = next(s for s in stages(rendered(SWEEP_SPEC)) if s.name == "sweep-plain")
+    assert stage.server is not None
+    srv = start_server(vllm_env, rendered(SWEEP_SPEC), stage.server, workspace_with_held_out,
+                       tmp_path_factory.mktemp("plain-server") / "plain.log")  # fmt: skip
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
 def run_client(stage: Any, workspace: Path, endpoint: str, report: Path) -> subprocess.Popen[str]:
     argv = container_argv(stage.children[0], workspace)
     argv = [a.replace(f"http://tiny-{stage.server}.ml.svc:8000", endpoint) for a in argv]
@@ -237,7 +248,11 @@ def run_client(stage: Any, workspace: Path, endpoint: str, report: Path) -> subp
 
 
 def test_the_sweep_measures_every_k_and_concurrency_into_one_consistent_curve(
-    vllm_env: Path, known_pair: dict[str, Path], workspace_with_held_out: Path, tmp_path: Path
+    vllm_env: Path,
+    known_pair: dict[str, Path],
+    workspace_with_held_out: Path,
+    plain_server: RenderedServer,
+    tmp_path: Path,
 ) -> None:
     from speculator_operator.api.podcontract import StageReport
     from speculator_operator.domain.releases import get_release as release
@@ -257,12 +272,16 @@ def test_the_sweep_measures_every_k_and_concurrency_into_one_consistent_curve(
     t0 = time.monotonic()
     for stage in planned:
         assert stage.server is not None
-        srv = start_server(vllm_env, inputs, stage.server, ws, tmp_path / f"{stage.name}.log")
+        # the plain stage's server is the module's (its args are this spec's sweeper-plain), the others their own
+        shared = stage.server == "sweeper-plain"
+        log = tmp_path / f"{stage.name}.log"
+        srv = plain_server if shared else start_server(vllm_env, inputs, stage.server, ws, log)
         try:
             client = run_client(stage, ws, srv.url(""), tmp_path / f"{stage.name}.report")
             _, stderr = client.communicate(timeout=900)
         finally:
-            srv.stop()
+            if not shared:
+                srv.stop()
         assert client.returncode == 0, stderr[-3000:]
         reports[stage.name] = StageReport.model_validate_json((tmp_path / f"{stage.name}.report").read_text())
     seconds = time.monotonic() - t0
@@ -287,15 +306,17 @@ def test_the_sweep_measures_every_k_and_concurrency_into_one_consistent_curve(
             assert p.drafts > 0
             assert p.accepted == p.drafts * p.k  # the agreeing draft: every drafted token accepted
     choice = choose(curve, max_num_seqs=256, k_limit=SWEEP_K, schedule_cost=release().schedule_cost)
-    print(f"\nsweep: {len(curve.points)} points, 3 server lifetimes in {seconds:.0f} s; choice: {choice}")
+    print(f"\nsweep: {len(curve.points)} points, 3 servers (2 started here) in {seconds:.0f} s; choice: {choice}")
     for c in curve.concurrencies:
         row = ", ".join(f"K={k}: {curve.rate(k, c):.1f} tok/s ITL {curve.at(k, c).itl_ms} ms" for k in (*curve.ks, 0))
         print(f"  c={c}: {row}; best K={curve.best(c)}")
 
 
 def test_a_server_killed_mid_sweep_fails_the_stage_naming_the_point(
-    vllm_env: Path, known_pair: dict[str, Path], workspace_with_held_out: Path, tmp_path: Path
+    known_pair: dict[str, Path], workspace_with_held_out: Path, plain_server: RenderedServer, tmp_path: Path
 ) -> None:
+    """The module's plain server (this spec renders the same sweeper-plain), killed once the sweep is under way: the
+    module's last use of it."""
     from speculator_operator.api.podcontract import StageReport
     from speculator_operator.planning.sweep import failed_at, failure_words
 
@@ -306,12 +327,15 @@ def test_a_server_killed_mid_sweep_fails_the_stage_naming_the_point(
     inputs = rendered(spec)
     stage = next(s for s in stages(inputs) if s.name == "sweep-plain")
     assert stage.server is not None
-    srv = start_server(vllm_env, inputs, stage.server, ws, tmp_path / "plain.log")
+    assert server(inputs, stage.server) == server(rendered(SWEEP_SPEC), stage.server)  # the module's server
+    srv = plain_server
     report = tmp_path / "sweep.report"
     try:
+        # what earlier checks generated on this server is counted already: the warm-up's tokens come on top
+        baseline = generated_tokens(srv.url("/metrics"))
         client = run_client(stage, ws, srv.url(""), report)
         # the warm-up request is answered: the sweep's points are under way; the server goes
-        wait_for_tokens(srv.url("/metrics"), 256, client)
+        wait_for_tokens(srv.url("/metrics"), baseline + 256, client)
         srv.stop()
         _, stderr = client.communicate(timeout=300)
     finally:
@@ -329,15 +353,22 @@ def test_a_server_killed_mid_sweep_fails_the_stage_naming_the_point(
     print(f"\nkilled mid-sweep: {words}")
 
 
-def wait_for_tokens(metrics: str, tokens: int, client: subprocess.Popen[str]) -> None:
-    """Until vLLM has counted `tokens` generated tokens (or the client ended)."""
+def generated_tokens(metrics: str) -> float:
+    """vLLM's count of the tokens it generated so far."""
     import urllib.request
 
+    with urllib.request.urlopen(metrics, timeout=10) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith("vllm:generation_tokens_total"):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def wait_for_tokens(metrics: str, tokens: float, client: subprocess.Popen[str]) -> None:
+    """Until vLLM has counted `tokens` generated tokens (or the client ended)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and client.poll() is None:
-        with urllib.request.urlopen(metrics, timeout=10) as resp:
-            for line in resp.read().decode().splitlines():
-                if line.startswith("vllm:generation_tokens_total") and float(line.split()[-1]) >= tokens:
-                    return
+        if generated_tokens(metrics) >= tokens:
+            return
         time.sleep(0.2)
     raise AssertionError("vLLM never counted the warm-up's tokens")
