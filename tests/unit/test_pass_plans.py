@@ -171,3 +171,19 @@ def test_a_retention_listing_that_fails_plans_only_its_event(monkeypatch: pytest
     assert writes.folders is None
     said = "output.keepLatest not applied to s3://b/out: Secret ns/creds not found"
     assert writes == Writes(events=(("Warning", "PruneFailed", said),))
+
+
+def test_a_stopped_multi_node_server_is_deleted_as_its_group_and_its_service() -> None:
+    """planning/trainjob._stop_servers names a multi-node server's LeaderWorkerSet: the pass's guard takes it (it
+    refused anything but a Deployment or a Service, so such a pass raised on every retry)."""
+    from speculator_operator.controllers.trainjob import server_deletes
+    from speculator_operator.planning.writes import Delete
+    from speculator_operator.render import group
+
+    stop = [(group.API_VERSION, group.KIND, "job-verifier-group"), ("v1", "Service", "job-verifier")]
+    assert server_deletes(stop) == (
+        Delete(group.API_VERSION, group.KIND, "job-verifier-group"),
+        Delete("v1", "Service", "job-verifier"),
+    )
+    with pytest.raises(ValueError, match="not a server kind"):
+        server_deletes([("v1", "Secret", "creds")])

@@ -133,9 +133,10 @@ def listed(children: list[dict[str, Any]], obs: Observed) -> dict[tuple[str, str
 
 
 def server_deletes(items: list[tuple[str, str, str]]) -> tuple[Delete, ...]:
-    """The servers no stage needs, as deletes: a server's Deployment and Service only."""
+    """The servers no stage needs, as deletes: a server's workload (a Deployment, or a LeaderWorkerSet for a
+    multi-node server: planning/trainjob._stop_servers) and its Service only."""
     for api_version, kind, _ in items:
-        if kind not in ("Deployment", "Service"):
+        if kind not in ("Deployment", "Service", group.KIND):
             raise ValueError(f"not a server kind: {api_version} {kind}")
     return deletes(items)
 
