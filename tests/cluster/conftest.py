@@ -21,7 +21,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from speculator_operator.runtime.settings import Settings
 from ..ckptgen import SMALL_QWEN3 as SMALL
 from ..ckptgen import eagle3, write_checkpoint
 from ..lanes import CONTROL_PLANE_LANE, in_node_lane, lane
+from ..waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 # The operator runs in-process here, with these settings (runtime/settings.py; a variable set in the tests'
@@ -222,18 +222,6 @@ def operator_crds(cluster: Cluster) -> list[str]:
 
 
 T = TypeVar("T")
-
-
-def eventually(check: Callable[[], T], timeout: float = 60, interval: float = 0.5) -> T:
-    """Retry `check` until it returns without raising (an AssertionError or a kubectl failure)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="module")

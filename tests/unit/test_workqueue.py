@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import TypeVar
@@ -16,6 +15,8 @@ from typing import TypeVar
 import pytest
 
 from speculator_operator.runtime.workqueue import DONE, Result, Terminal, WorkQueue, current_pass, log_pass_ids
+
+from ..waiting import eventually
 
 LIMIT = 10.0  # seconds a failing test may hang before it fails
 Handler = Callable[[str, frozenset[str]], Result]
@@ -233,15 +234,8 @@ def test_a_priority_given_during_a_pass_orders_the_one_more_pass() -> None:
 
 
 def until(check: Callable[[], T]) -> T:
-    """`check()`'s value once it stops raising AssertionError (tests/cluster's `eventually`, within LIMIT)."""
-    deadline = time.monotonic() + LIMIT
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.005)
+    """`check()`'s value once it stops raising AssertionError (within LIMIT)."""
+    return eventually(check, LIMIT, 0.005)
 
 
 def _with(pending: tuple[float, frozenset[str]] | None, cause: str) -> tuple[float, frozenset[str]]:
