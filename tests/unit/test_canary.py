@@ -3,11 +3,13 @@ asks for (planning/canary.py)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from speculator_operator.api.canary import Canary
+from speculator_operator.api.common import stamp
 from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import REVISION_LABEL, TRACK_LABEL
 from speculator_operator.planning import canary as plan
@@ -20,7 +22,11 @@ POLICY = Canary()  # promote after 3 passes in a row, roll back after 2 failures
 
 
 def iso(minute: int) -> str:
-    return f"2026-12-06T{10 + minute // 60:02d}:{minute % 60:02d}:00Z"
+    return stamp(at(minute))
+
+
+def at(minute: int) -> datetime:
+    return datetime(2026, 12, 6, 10, tzinfo=UTC) + timedelta(minutes=minute)
 
 
 def side(alpha: float, drafts: int = 1000) -> Acceptance:
@@ -34,11 +40,11 @@ def run(intervals: list[tuple[Acceptance, Acceptance]], policy: Canary = POLICY)
         {"verifier": {"model": "hf://org/v"}, "speculator": {"source": "hf://org/d"}, "upgradePolicy": {"canary": {}}}
     )
     status = SpeculatorDeploymentStatus(revision="inc", draft_revision="d1", ready_replicas=1, verifier_revision="v")
-    canary = plan.start(spec, status, Rendered("cand", "d2", "v", "inc"), None, 1, iso(0))
+    canary = plan.start(spec, status, Rendered("cand", "d2", "v", "inc"), None, 1, at(0))
     said, verdicts = [], 0
     for i, (cand, inc) in enumerate(intervals):
         before = canary.verdict
-        canary, verdict = plan.fold(canary, Measured(iso(5 * i), iso(5 * i + 5), cand, inc), policy, iso(5 * i + 5))
+        canary, verdict = plan.fold(canary, Measured(iso(5 * i), iso(5 * i + 5), cand, inc), policy, at(5 * i + 5))
         said.append(verdict)
         verdicts += int(canary.verdict is not None and before is None)
     return canary, said, verdicts
@@ -109,10 +115,10 @@ def test_within_the_margin_passes_beyond_it_fails() -> None:
 
 def test_an_interval_counted_before_is_not_counted_again() -> None:
     canary, _, _ = run([(side(0.7), side(0.7))])
-    again, verdict = plan.fold(canary, Measured(iso(0), iso(5), side(0.4), side(0.7)), POLICY, iso(6))
+    again, verdict = plan.fold(canary, Measured(iso(0), iso(5), side(0.4), side(0.7)), POLICY, at(6))
     assert verdict is None
     assert again == canary
-    later, verdict = plan.fold(canary, Measured(iso(5), iso(10), side(0.4), side(0.7)), POLICY, iso(10))
+    later, verdict = plan.fold(canary, Measured(iso(5), iso(10), side(0.4), side(0.7)), POLICY, at(10))
     assert verdict == "Fail"
     assert later.counts.failed == 1
     assert later.counts.passed == 1
@@ -152,7 +158,7 @@ def test_when_a_canary_starts(new: Rendered, expected: Move) -> None:
 
 def test_a_canary_in_flight_goes_on_is_promoted_or_starts_over() -> None:
     spec, new = _spec({}), Rendered("cand", "d2", "v", "inc")
-    analyzing = plan.start(spec, SERVING, new, None, 1, iso(0))
+    analyzing = plan.start(spec, SERVING, new, None, 1, at(0))
     status = SERVING.model_copy(update={"canary": analyzing})
     assert plan.decide(spec, status, new, 1) == Move.KEEP
     assert plan.decide(spec, status, new, 2) == Move.START  # a spec edit: starts over
@@ -163,7 +169,7 @@ def test_a_canary_in_flight_goes_on_is_promoted_or_starts_over() -> None:
 
 def test_a_rejected_draft_is_not_tried_again_until_its_bytes_or_the_spec_change() -> None:
     spec, new = _spec({}), Rendered("cand", "d2", "v", "inc")
-    rejected = plan.start(spec, SERVING, new, None, 1, iso(0)).model_copy(
+    rejected = plan.start(spec, SERVING, new, None, 1, at(0)).model_copy(
         update={"state": "RolledBack", "verdict": "RolledBack"}
     )
     status = SERVING.model_copy(update={"canary": rejected})
@@ -235,7 +241,7 @@ def test_the_analysis_begins_with_a_ready_candidate_and_counts_each_increment_in
     )  # fmt: skip
     status = SpeculatorDeploymentStatus(revision="inc", draft_revision="d1", ready_replicas=1, verifier_revision="v")
     status = status.model_copy(update={"canary": plan.start(spec, status, Rendered("cand", "d2", "v", "inc"), None, 1,
-                                                            iso(0))})  # fmt: skip
+                                                            at(0))})  # fmt: skip
     assert analysis_now(None, status, spec, 0.0, iso(0), {"inc"}, 15) is None  # the candidate is not ready yet
     analysis = analysis_now(None, status, spec, 10.0, iso(0), {"inc", "cand"}, 15)
     assert analysis is not None

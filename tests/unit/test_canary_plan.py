@@ -4,6 +4,7 @@ deletes and writes when a new draft arrives, while it is analysed, and after eac
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,7 @@ def test_a_rejected_draft_leaves_the_incumbent_and_is_not_tried_again(three: lis
     ready, child = serving(SPEC, a)
     started = plan("q", "ns", "u", SPEC, get_release(), Observed(1, ready.status, "v1", b, child=child), now=NOW)
     judged, events, verdict = canaries.judge_intervals(
-        SPEC, started.status, (measured(0, 0.4, 0.7), measured(5, 0.41, 0.69)), "2099-01-01T00:10:00Z"
+        SPEC, started.status, (measured(0, 0.4, 0.7), measured(5, 0.41, 0.69)), datetime(2099, 1, 1, 0, 10, tzinfo=UTC)
     )
     assert verdict == "RolledBack"
     assert judged is not None
@@ -164,7 +165,10 @@ def test_a_promoted_draft_rolls_once_through_the_main_deployment_and_the_canary_
     assert started.status.canary is not None
     candidate = started.status.canary.candidate.revision
     judged, events, verdict = canaries.judge_intervals(
-        SPEC, started.status, tuple(measured(5 * i, 0.7, 0.7) for i in range(3)), "2099-01-01T00:15:00Z"
+        SPEC,
+        started.status,
+        tuple(measured(5 * i, 0.7, 0.7) for i in range(3)),
+        datetime(2099, 1, 1, 0, 15, tzinfo=UTC),
     )
     assert verdict == "Promoted"
     assert judged is not None
@@ -195,7 +199,7 @@ def test_in_place_scales_the_live_incumbent_without_rolling_it_and_restores_it(t
     assert p.status.replicas == 1  # the incumbent's share, so it stays Ready
     assert conds(p.status)["Ready"] == ("True", "Ready")
     judged, _, _ = canaries.judge_intervals(
-        IN_PLACE, p.status, (measured(0, 0.3, 0.7), measured(5, 0.3, 0.7)), "2099-01-01T00:10:00Z"
+        IN_PLACE, p.status, (measured(0, 0.3, 0.7), measured(5, 0.3, 0.7)), datetime(2099, 1, 1, 0, 10, tzinfo=UTC)
     )
     assert judged is not None
     back = plan("q", "ns", "u", IN_PLACE, get_release(), Observed(1, judged, "v1", b, child=child), now=NOW)
@@ -215,7 +219,9 @@ def test_a_verifier_change_or_a_newer_draft_ends_the_canary(three: list[Any]) ->
     assert newer.status.canary.counts.passed == 0
     assert newer.status.revision == ready.status.revision
     # a spec edit mid-canary starts it over under the new generation, with fresh counts
-    judged, _, _ = canaries.judge_intervals(SPEC, started.status, (measured(0, 0.7, 0.7),), "2099-01-01T00:05:00Z")
+    judged, _, _ = canaries.judge_intervals(
+        SPEC, started.status, (measured(0, 0.7, 0.7),), datetime(2099, 1, 1, 0, 5, tzinfo=UTC)
+    )
     assert judged is not None
     assert judged.canary is not None
     assert judged.canary.counts.passed == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,7 @@ def test_the_progress_line_reads_back_and_lands_in_the_status() -> None:
     line = tracker.render()
     parsed = podcontract.parse_progress(f"noise\n{line}\n", "train")
     assert parsed == {k: v for k, v in tracker.snapshot().items() if k != "stage"}
-    status = operator_progress.merged(None, parsed, "train", "t0")
+    status = operator_progress.merged(None, parsed, "train", datetime(2099, 1, 1, tzinfo=UTC))
     assert status["step"] == 7
     assert status["loss"] == 2.5
     assert status["stage"] == "train"

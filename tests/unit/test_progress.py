@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
+from speculator_operator.api.common import stamp
 from speculator_operator.api.podcontract import PROGRESS_PREFIX, parse_progress
 from speculator_operator.planning import progress
 from speculator_operator.pods.progress import Tracker
@@ -79,12 +81,14 @@ def test_a_pod_that_reports_garbage_gives_nothing_or_only_what_checks_out() -> N
 
 
 def test_the_merge_keeps_what_ended_stages_reported_and_moves_updated_only_on_change() -> None:
-    old = {"samplesTotal": 16, "stage": "prepare", "samples": 16, "updated": "t0"}
-    new = progress.merged(old, {"step": 3, "epoch": 1, "epochs": 2}, "train", "t1")
-    assert new == {"samplesTotal": 16, "stage": "train", "step": 3, "epoch": 1, "epochs": 2, "updated": "t1"}
-    assert progress.merged(new, {"step": 3}, "train", "t2") == new  # nothing moved: no new `updated`
-    later = progress.merged(new, {"step": 9, "epochsCompleted": 1}, "train", "t3")
-    assert (later["step"], later["epoch"], later["updated"]) == (9, 1, "t3")
+    t = [datetime(2099, 1, 1, 0, 0, i, tzinfo=UTC) for i in range(4)]
+    old = {"samplesTotal": 16, "stage": "prepare", "samples": 16, "updated": stamp(t[0])}
+    new = progress.merged(old, {"step": 3, "epoch": 1, "epochs": 2}, "train", t[1])
+    assert new == {"samplesTotal": 16, "stage": "train", "step": 3, "epoch": 1, "epochs": 2,
+                   "updated": "2099-01-01T00:00:01Z"}  # fmt: skip
+    assert progress.merged(new, {"step": 3}, "train", t[2]) == new  # nothing moved: no new `updated`
+    later = progress.merged(new, {"step": 9, "epochsCompleted": 1}, "train", t[3])
+    assert (later["step"], later["epoch"], later["updated"]) == (9, 1, "2099-01-01T00:00:03Z")
     assert progress.epochs_ended(new, later) == [1]
     assert progress.epochs_ended(later, later) == []
     assert progress.epochs_ended(old, {**later, "epochsCompleted": 2}) == [1, 2]

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from speculator_operator.adapters.checkpoints import load_served, read_verifier
 from speculator_operator.adapters.sources import open_source
-from speculator_operator.api.common import evolve, stamp
+from speculator_operator.api.common import evolve
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import DEPLOYMENT_LABEL
 from speculator_operator.controllers import drift, observed, telemetry
@@ -420,7 +420,7 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
             one.executor.say(*events)
             if new is not None:
                 one.status.set(new, "tuning" if tuned else "scrape")
-            counted, said, verdict = canaries.judge_intervals(parsed, one.status.status, judged.canary, stamp(one.now))
+            counted, said, verdict = canaries.judge_intervals(parsed, one.status.status, judged.canary, one.now)
             one.executor.say(*said)
             if counted is not None:
                 one.status.set(counted, "canary" if verdict else "scrape")

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from speculator_operator.adapters.checkpoints import read_verifier
-from speculator_operator.api.common import evolve, stamp, stored
+from speculator_operator.api.common import evolve, stored
 from speculator_operator.api.labels import STAGE_LABEL, TRAINJOB_LABEL
 from speculator_operator.api.podcontract import parse_progress
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec, SpeculatorTrainJobStatus
@@ -254,7 +254,7 @@ def read_progress(body: dict[str, Any]) -> bool:
         return False
     parsed = parse_progress(text, stage)
     old = status.get("progress") or {}
-    if parsed is None or progress.merged(old, parsed, stage, stamp(datetime.now(UTC))) == old:
+    if parsed is None or progress.merged(old, parsed, stage, datetime.now(UTC)) == old:
         return False
     # held, then enqueued: if the object was deleted meanwhile, that pass finds it gone and drops what is held
     _held.put((namespace, name), (stage, parsed))
@@ -292,7 +292,7 @@ def _fold_progress(
     if held is None or current.stage != held[0] or not progress.reading_due(stored(current)):
         return []
     old = stored(current.progress) if current.progress is not None else {}
-    new = progress.merged(old, held[1], held[0], stamp(now))
+    new = progress.merged(old, held[1], held[0], now)
     if new == old:
         return []
     status.set(evolve(current, None, progress=new), "progress")

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from speculator_operator.api.canary import Canary, CanaryCounts, CanarySide, CanaryStatus, IntervalVerdict
-from speculator_operator.api.common import Condition, evolve, make_condition
+from speculator_operator.api.common import Condition, evolve, make_condition, stamp
 from speculator_operator.api.deployment import Acceptance, SpeculatorDeploymentSpec, SpeculatorDeploymentStatus
 from speculator_operator.api.labels import REVISION_LABEL, TRACK_LABEL
 from speculator_operator.telemetry.canary import Measured
@@ -92,7 +93,7 @@ def start(
     new: Rendered,
     candidate_draft_source: str | None,
     generation: int,
-    now: str,
+    now: datetime,
 ) -> CanaryStatus:
     policy = spec.upgrade_policy.canary
     assert policy is not None
@@ -109,9 +110,9 @@ def start(
         ),
         k=status.num_speculative_tokens,
         mode=policy.mode,
-        started_at=now,
+        started_at=stamp(now),
         generation=generation,
-        analyzed_until=now,
+        analyzed_until=stamp(now),
         message=f"draft {new.draft_revision} ({candidate_draft_source or 'same source'}) on "
         f"{policy.canary_replicas(replicas)} replica(s) beside {status.draft_revision}",
     )
@@ -156,7 +157,9 @@ def describe(policy: Canary, canary: CanaryStatus) -> str:
     )
 
 
-def fold(canary: CanaryStatus, m: Measured, policy: Canary, now: str) -> tuple[CanaryStatus, IntervalVerdict | None]:
+def fold(
+    canary: CanaryStatus, m: Measured, policy: Canary, now: datetime
+) -> tuple[CanaryStatus, IntervalVerdict | None]:
     """The canary after one measured interval, and that interval's verdict (None: not counted: the analysis is
     over, or the interval was counted before)."""
     if canary.state != "Analyzing" or (canary.analyzed_until is not None and m.start < canary.analyzed_until):
@@ -181,9 +184,9 @@ def fold(canary: CanaryStatus, m: Measured, policy: Canary, now: str) -> tuple[C
         analyzed_until=m.end,
     )
     if counts.failed_in_a_row >= policy.rollback_after or counts.failed >= policy.max_failures:
-        out = evolve(out, None, state="RolledBack", verdict="RolledBack", verdict_at=now)
+        out = evolve(out, None, state="RolledBack", verdict="RolledBack", verdict_at=stamp(now))
     elif counts.passed_in_a_row >= policy.promote_after:
-        out = evolve(out, None, state="Promoting", verdict="Promoted", verdict_at=now)
+        out = evolve(out, None, state="Promoting", verdict="Promoted", verdict_at=stamp(now))
     return evolve(out, None, message=describe(policy, out)), verdict
 
 
@@ -270,7 +273,7 @@ def shape(
     live: dict[str, Any] | None,
     draft_source: str | None,
     generation: int,
-    now: str,
+    now: datetime,
 ) -> Shaped:
     """The plan's children and canary status for `move`. The incumbent workload is never rendered again while a
     canary runs or after it rejected a draft: Surge leaves it alone, InPlace scales the live object."""
@@ -309,7 +312,7 @@ def shape(
 
 
 def promoted(
-    status: SpeculatorDeploymentStatus, name: str, now: str
+    status: SpeculatorDeploymentStatus, name: str, now: datetime
 ) -> tuple[CanaryStatus, tuple[str, str, str]] | None:
     """A promoted candidate serves on every replica: the canary's final status and its Deployment to delete (None:
     not yet, or no canary being promoted)."""
@@ -318,7 +321,7 @@ def promoted(
         return None
     if status.revision != canary.candidate.revision:
         return None
-    return evolve(canary, None, state="Promoted", verdict_at=canary.verdict_at or now), (
+    return evolve(canary, None, state="Promoted", verdict_at=canary.verdict_at or stamp(now)), (
         "apps/v1",
         "Deployment",
         canary_name(name),
@@ -349,7 +352,7 @@ def draft_condition(generation: int, canary: CanaryStatus | None, resolved: Cond
 
 
 def judge_intervals(
-    spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, measured: tuple[Measured, ...], now: str
+    spec: SpeculatorDeploymentSpec, status: SpeculatorDeploymentStatus, measured: tuple[Measured, ...], now: datetime
 ) -> tuple[SpeculatorDeploymentStatus | None, list[tuple[str, str, str]], str | None]:
     """The status after a scrape's measured intervals are folded in (None: nothing counted), the events, and the
     verdict reached, if one was (the pass then reconciles: it promotes or rolls back)."""

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from speculator_operator.api.common import evolve, make_condition, stamp, stored
+from speculator_operator.api.common import evolve, make_condition, stored
 from speculator_operator.api.deployment import (
     AuditSummary,
     LoadEconomics,
@@ -321,9 +321,7 @@ def plan(
         return failed(obs, ServingReason.LWS_UNAVAILABLE, message, phase="Degraded" if keep else "Failed", now=now)
     new = canaries.Rendered(rendered.revision, ck.revision, obs.verifier_revision, canaries.applied_revision(obs.child))
     move = canaries.decide(spec, obs.status, new, gen)
-    shaped = canaries.shape(
-        move, spec, obs.status, rendered.children, new, obs.child, obs.draft_source, gen, stamp(now)
-    )
+    shaped = canaries.shape(move, spec, obs.status, rendered.children, new, obs.child, obs.draft_source, gen, now)
     revision = rendered.revision
     notes = [RenderNote(reason=reason, message=message) for reason, message in rendered.notes]
     k = num_speculative_tokens(spec, draft, tuned)
@@ -390,7 +388,7 @@ def clean_up(
     children to delete as (apiVersion, kind, name), and the events."""
     gone: list[tuple[str, str, str]] = []
     said: list[tuple[str, str, str]] = []
-    done = canaries.promoted(status, name, stamp(now))
+    done = canaries.promoted(status, name, now)
     if done is not None:  # the promoted revision serves every replica: the canary's Deployment goes
         status = evolve(status, None, canary=done[0])
         gone.append(done[1])

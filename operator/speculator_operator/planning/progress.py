@@ -7,8 +7,10 @@ range is not used) and folds it into `status.progress`. The pod's half, which pr
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
+from speculator_operator.api.common import stamp
 from speculator_operator.api.labels import COMPLETION_INDEX_ANNOTATION
 from speculator_operator.api.podcontract import PROGRESS_FIELDS
 
@@ -16,7 +18,7 @@ COMPLETION_INDEX = COMPLETION_INDEX_ANNOTATION
 LIVE = frozenset({*PROGRESS_FIELDS, "updated"})
 
 
-def merged(old: dict[str, Any] | None, parsed: dict[str, Any], stage: str, now: str) -> dict[str, Any]:
+def merged(old: dict[str, Any] | None, parsed: dict[str, Any], stage: str, now: datetime) -> dict[str, Any]:
     """status.progress with a running stage's live report in it: the report's values replace the last
     stage's live ones (what the finished stages reported stays), `updated` moves only when something did."""
     before = dict(old or {})
@@ -25,7 +27,7 @@ def merged(old: dict[str, Any] | None, parsed: dict[str, Any], stage: str, now: 
         live.update({k: v for k, v in before.items() if k in LIVE and k != "updated"})
     live.update(parsed, stage=stage)
     unchanged = {k: v for k, v in before.items() if k != "updated"} == live
-    live["updated"] = before.get("updated") if unchanged and "updated" in before else now
+    live["updated"] = before.get("updated") if unchanged and "updated" in before else stamp(now)
     return live
 
 

@@ -2,17 +2,17 @@
 `EventRecorder` is made at start-up and handed to each kind's controller (`Controller.start`), whose passes
 post through it.
 
-- What is posted: a core/v1 Event (`/api/v1/namespaces/NS/events`), the API `kubectl describe` and
-  `kubectl get events` read (kubectl describe searches core/v1 Events by involvedObject; events.k8s.io/v1 is a
-  second view of the same objects, under other field names), the one every reader of this project's events
-  (tests/cluster, docs/operations/troubleshooting.md) names, and the one the chart's RBAC has granted since the
-  operator's first release (`create` on `events` in the core group). `involvedObject` is the object's apiVersion,
-  kind, namespace, name and uid; `source.component` and `reportingComponent` are "speculator-operator"; the
-  message is cut to 1,024 characters (kopf's limit; a core/v1 Event takes more, a describe shows less).
-- When: in the background, in order per object, on a few threads of the recorder's own, so that a pass never
-  waits on an event (kopf's poster did the same). An event that cannot be posted is logged and dropped: events
-  are best effort, the status says the same.
-- How many: every one, as kopf's poster did; each event is an object of its own (no aggregation into a
+- What is posted: a core/v1 Event (`/api/v1/namespaces/NS/events`), the API `kubectl describe` and `kubectl get
+  events` read (kubectl describe searches core/v1 Events by involvedObject; events.k8s.io/v1 is a second view of the
+  same objects, under other field names), the one every reader of this project's events (tests/cluster,
+  docs/operations/troubleshooting.md) names, and the one the chart's RBAC grants (`create` on `events` in the core
+  group, and nothing else to write them: nothing patches an Event). `involvedObject` is the object's apiVersion,
+  kind, namespace, name and uid; `source.component` and `reportingComponent` are "speculator-operator"; the message
+  is cut to 1,024 characters (kopf's limit; a core/v1 Event takes more, a describe shows less).
+- When: in the background, in order per object, on a few threads of the recorder's own, so that a pass never waits
+  on an event (as kopf's poster, which still posts kopf's own warnings). An event that cannot be posted is logged
+  and dropped: events are best effort, the status says the same.
+- How many: every one, as kopf's poster does; each event is an object of its own (no aggregation into a
   `count`), so that three identical "changed by kubectl; restored" events are three (tests/cluster/
   test_drift.py counts them) and "exactly one event per transition" can be checked by counting. A limit per
   object can be asked for (`burst`): client-go's spam filter (`EventSourceObjectSpamFilter`), a token bucket

@@ -34,8 +34,9 @@ NEEDED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # watch: the API may be missing), applied, deleted after a layout change or when a train job's stage is done
     ("leaderworkerset.x-k8s.io", "leaderworkersets", ("get", "list", "create", "patch", "delete")),
     ("", "secrets", ("get",)),
-    ("", "events", ("create", "patch", "list")),  # list: a stage Job's FailedCreate (its pods refused)
-    ("events.k8s.io", "events", ("create", "patch")),
+    # create: every Event is posted new, by the operator's recorder and by kopf (neither patches one);
+    # list: a stage Job's FailedCreate (its pods refused)
+    ("", "events", ("create", "list")),
 )
 # watching every namespace only: kopf follows the CRDs as they change (with named namespaces it scans
 # nothing cluster-wide, and a Role per namespace is all the operator gets)
