@@ -214,6 +214,20 @@ def test_rule_ids_are_unique_and_described() -> None:
     assert all(r.summary for r in RULES)
 
 
+def test_rules_run_in_the_order_their_findings_are_listed() -> None:
+    """rules/__init__.py imports the families in this order (each registers its rules as it is imported): a
+    report's findings follow it, so a reordered import must not pass unnoticed."""
+    assert [r.id for r in RULES] == [
+        "model-type", "config-structure", "proposal", "lossless", "decoder-family", "hidden-size", "aux-layer-ids",
+        "fc-shape", "lm-head", "embed-tokens", "embed-tokens-shared", "vocab-maps", "layer0-attention", "layer-count",
+        "speculative-tokens", "declared-draft", "mask-token", "algorithm-specific", "dtype",
+        "verifier-hidden-size", "verifier-vocab", "verifier-layers", "verifier-architecture", "verifier-name",
+        "verifier-revision", "provenance",
+        "vllm-loadable", "vllm-features", "vllm-defaults", "vllm-servable", "vllm-runner",
+        "deep-loaded", "deep-vocab-map",
+    ]  # fmt: skip
+
+
 def test_dflash2_as_speculators_writes_it_is_served_faithfully_on_the_v2_runner(tmp_path: Path) -> None:
     """sliding_window_non_causal true with every layer a sliding window: speculators trains each layer
     non-causal and vLLM 0.32.0 serves each one non-causal (dflash_config.causal = false); its candidate head
