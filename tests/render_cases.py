@@ -23,7 +23,7 @@ import yaml
 
 from speculator_operator.api.deployment import SpeculatorDeploymentSpec
 from speculator_operator.api.trainjob import SpeculatorTrainJobSpec
-from speculator_operator.cli import RenderOptions, format_rendered, render_documents
+from speculator_operator.commands.render import RenderOptions, format_rendered, render_documents
 from speculator_operator.domain.checkpoint import CheckpointError
 from speculator_operator.domain.checkpoint.manifest import FileEntry, Manifest
 from speculator_operator.domain.releases import Release, get_release

@@ -9,10 +9,12 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
-from speculator_operator import cli
 from speculator_operator.adapters.checkpoints import audit
-from speculator_operator.cli import RenderOptions, main, render_documents
-from speculator_operator.domain.checkpoint import CheckpointError
+from speculator_operator.cli import main
+from speculator_operator.commands import render
+from speculator_operator.commands.render import RenderOptions, render_documents
+from speculator_operator.commands.usage import UsageError
+from speculator_operator.domain.checkpoint import CheckpointError, VerifierRef
 
 from ..ckptgen import dflash, mutate, write_checkpoint
 
@@ -27,8 +29,8 @@ def _unreadable(location: str, **_: object) -> NoReturn:
 @pytest.fixture(autouse=True)
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads the network: every checkpoint and verifier is unreadable unless a test says otherwise."""
-    monkeypatch.setattr(cli, "audit", _unreadable)
-    monkeypatch.setattr(cli, "read_verifier", _unreadable)
+    monkeypatch.setattr(render, "audit", _unreadable)
+    monkeypatch.setattr(render, "read_verifier", _unreadable)
 
 
 def test_a_train_job_renders_every_stage(capsys: pytest.CaptureFixture[str]) -> None:
@@ -153,12 +155,12 @@ def test_an_unreadable_verifier_renders_with_the_given_layers_and_says_so() -> N
     # with neither, the render cannot choose the layers: bad input naming both ways out
     [(name, doc)] = _docs("qwen3-8b-dflash-trainjob.yaml")
     del doc["spec"]["verifier"]["numHiddenLayers"]
-    with pytest.raises(cli.UsageError, match=r"declare spec\.verifier\.numHiddenLayers \(or pass --verifier-layers\)"):
+    with pytest.raises(UsageError, match=r"declare spec\.verifier\.numHiddenLayers \(or pass --verifier-layers\)"):
         render_documents([(name, doc)], RenderOptions())
 
 
 def test_a_readable_verifier_wins_over_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    read = cli.VerifierRef({"num_hidden_layers": 36}, "c0ffee", "hub:abc")
+    read = VerifierRef({"num_hidden_layers": 36}, "c0ffee", "hub:abc")
     [rendered] = render_documents(
         _docs("qwen3-8b-dflash-trainjob.yaml"), RenderOptions(verifier_layers=30), read_config=lambda _: read
     )
@@ -170,7 +172,7 @@ def test_a_readable_verifier_wins_over_the_fallback(monkeypatch: pytest.MonkeyPa
     args = fetch["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--revision") + 1] == "c0ffee"
     # the verifier read contradicts the declared 36: the output says the operator would stop the job
-    read = cli.VerifierRef({"num_hidden_layers": 40}, "c0ffee", "hub:abc")
+    read = VerifierRef({"num_hidden_layers": 40}, "c0ffee", "hub:abc")
     [declared] = render_documents(_docs("qwen3-8b-dflash-trainjob.yaml"), RenderOptions(), read_config=lambda _: read)
     assert declared.said == [
         "verifier.numHiddenLayers is 36 but its config.json has num_hidden_layers 40: the operator would stop "
@@ -182,7 +184,7 @@ def test_a_failed_audit_is_said_and_strict_exits_1(tmp_path: Path, monkeypatch: 
     config, tensors = dflash(block_size=8)
     config = mutate(config, "speculators_config.proposal_methods.0.speculative_tokens", 8)
     local = write_checkpoint(tmp_path / "ck", config, tensors)  # a small broken draft of our own, named as such
-    monkeypatch.setattr(cli, "audit", lambda _source, **kw: audit(str(local), **kw))
+    monkeypatch.setattr(render, "audit", lambda _source, **kw: audit(str(local), **kw))
     [rendered] = render_documents(_docs("qwen3-8b-dflash-deployment.yaml"), RenderOptions())
     assert rendered.said[0].startswith("audit failed: 1 error(s), the first speculative-tokens:")
     assert "AuditFailed" in rendered.said[0]
@@ -203,7 +205,7 @@ def test_a_train_jobs_output_is_served_when_the_job_is_rendered_with_it() -> Non
     stage = leader["initContainers"][0]["args"]
     assert stage[:2] == ["stage", "s3://my-drafts/llama-3.1-405b-eagle3"]
     assert leader["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
-    with pytest.raises(cli.UsageError, match=r"with train job llama-3\.1-405b-eagle3's manifest beside it"):
+    with pytest.raises(UsageError, match=r"with train job llama-3\.1-405b-eagle3's manifest beside it"):
         render_documents(_docs("llama-3.1-405b-multinode-deployment.yaml"), options)
     # what the deployment declares stands in for the flags
     assert render_documents(docs, RenderOptions())[1].children == deployment.children

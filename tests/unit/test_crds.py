@@ -10,7 +10,7 @@ import pytest
 
 from speculator_operator.api.crds import all_crds
 from speculator_operator.api.schema import SchemaError, structural
-from speculator_operator.cli import render_yaml
+from speculator_operator.commands.crds import render_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 
