@@ -1,7 +1,7 @@
 """Imports point down the layers of the package (docs/design/layout.md), lowest first:
 
     domain        pure facts and rules: nothing of the package below it
-    api           the CRD models: they spell their enums from domain's tables (api/trainjob.py, the algorithms)
+    api           the CRD models: they spell their enums from domain's tables (api/trainjob/rules.py, the algorithms)
     render, telemetry
                   pure builders of the children; vLLM's metrics and what acceptance says (neither imports the other)
     planning, adapters

@@ -20,8 +20,11 @@ ALGORITHM_NAMES = {a.value for a in algorithms.Algorithm} | {f.value for f in al
 LABEL_KEYS = {v for k, v in vars(labels).items() if k.isupper() and isinstance(v, str)}
 # the one place a literal must stay: a Literal type the CRD schema is made from (checked against the table below)
 SPELLED_FOR_THE_SCHEMA = {
-    ("api/trainjob.py", 'Algorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]'),
-    ("api/deployment.py", 'DeclaredAlgorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]'),
+    ("api/trainjob/spec.py", 'Algorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]'),
+    (
+        "api/deployment/inputs.py",
+        'DeclaredAlgorithm = Literal["eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp"]',
+    ),
 }
 
 

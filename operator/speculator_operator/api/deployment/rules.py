@@ -1,0 +1,39 @@
+"""The SpeculatorDeployment's CEL rules that stand apart from one field: the flags the operator renders itself
+(extraArgs may not touch them; a SpeculatorTrainJob's servers refuse the same ones and more), and the rule between
+serving.adaptiveVerification and a cutoff schedule. A rule about one field alone stays on that field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speculator_operator.api.parallelism import PARALLEL_FLAGS
+
+# Flags the operator renders itself; extraArgs may not touch them (the CRD's CEL rule says the same).
+OWNED_FLAGS = (
+    "--model", "--served-model-name", "--speculative-config", "-sc", "--spec-method", "--spec-model",
+    "--spec-tokens", "--tensor-parallel-size", "-tp", "--port", "--host", "--shutdown-timeout",
+    "--max-num-seqs", "--quantization", "-q", "--revision", "--tokenizer", *PARALLEL_FLAGS,
+)  # fmt: skip
+
+
+def extra_args_schema(owned: tuple[str, ...]) -> dict[str, Any]:
+    """The CRD schema of an extraArgs list: strings that touch none of `owned` (nor the removed
+    disable_by_batch_size), checked by the API server (CEL)."""
+    pattern = "^(" + "|".join(owned) + ")(=.*)?$"  # a hyphen needs no escape outside [...]
+    return {
+        "items": {"type": "string", "maxLength": 1024},
+        "x-kubernetes-validations": [
+            {
+                "rule": f"self.all(a, !a.matches('{pattern}') && !a.contains('disable_by_batch_size'))",
+                "message": "extraArgs may not set flags the operator renders (" + ", ".join(owned) + ") "
+                "nor disable_by_batch_size (removed in vLLM 0.17; use cutoff)",
+            }
+        ],
+    }
+
+
+ADAPTIVE_RULE: dict[str, Any] = {
+    "rule": "!has(self.adaptiveVerification) || !self.adaptiveVerification || !has(self.cutoff)",
+    "message": "serving.adaptiveVerification trims verification per step: it and a serving.cutoff schedule cannot "
+    "both decide K",
+}
