@@ -43,6 +43,7 @@ def test_valid_object_is_defaulted(cluster: Cluster, operator_crds: list[str], n
     assert obj["spec"]["verifier"]["revision"] == "main"
     assert obj["spec"]["upgradePolicy"]["onVerifierChange"] == "Redeploy"
     assert "canary" not in obj["spec"]["upgradePolicy"]  # off unless set
+    assert "learning" not in obj["spec"]  # off unless set: captured traffic is user data
     cluster.kubectl(
         "apply", "-n", namespace, "-f", "-", input=sdep("canary", {**GOOD, "upgradePolicy": {"canary": {}}})
     )
@@ -180,6 +181,68 @@ TRAIN_BAD.update({
                              "should be greater than or equal to 60"),
 })  # fmt: skip
 BAD.update({f"train: {case}": bad for case, bad in TRAIN_BAD.items()})
+
+TEMPLATE = {k: v for k, v in TRAIN.items() if k != "verifier"}
+STORAGE = {"location": "s3://captures/qwen"}
+LEARNS = {**GOOD, "upgradePolicy": {"canary": {}, "trainTemplate": TEMPLATE}, "learning": {"storage": STORAGE}}
+
+
+def learns(**over: dict[str, object]) -> dict[str, object]:
+    """LEARNS with `over` merged into spec.learning's blocks (capture={...}, storage={...}, ...)."""
+    blocks: dict[str, dict[str, object]] = {"storage": STORAGE}
+    learning = {k: {**blocks.get(k, {}), **v} for k, v in over.items()}
+    return {**LEARNS, "learning": {**blocks, **learning}}
+
+
+BAD.update({
+    "learning without a canary": ({**LEARNS, "upgradePolicy": {"trainTemplate": TEMPLATE}}, "spec.learning",
+                                  "learning needs upgradePolicy.canary"),
+    "learning without a template": ({**LEARNS, "upgradePolicy": {"canary": {}}}, "spec.learning",
+                                    "learning needs upgradePolicy.trainTemplate"),
+    "learning over nodes": ({**LEARNS, "serving": {"parallelism": {"tensor": 2, "nodes": 2}}}, "spec.learning",
+                            "learning needs one node per replica"),
+    "learning lossy": ({**LEARNS, "audit": {"allowLossy": True}}, "spec.learning",
+                       "learning refuses audit.allowLossy"),
+    "learning drift unmeasured": ({**learns(trigger={"drift": {}}), "serving": {"adaptiveVerification": True},
+                                   "upgradePolicy": {"canary": {"metric": "MeanAcceptedLength"},
+                                                     "trainTemplate": TEMPLATE}},
+                                  "spec.learning.trigger.drift", "serving.adaptiveVerification does not measure"),
+    "learning threshold with All": (learns(capture={"threshold": 0.3}), "spec.learning.capture.threshold",
+                                    "applies to mode BelowThreshold only"),
+    "learning on the hub": (learns(storage={"location": "hf://acme/captures"}), "spec.learning.storage.location",
+                            "should match"),
+    "learning without storage": ({**LEARNS, "learning": {"capture": {}}}, "spec.learning.storage",
+                                 "Required value"),
+    "learning fraction zero": (learns(capture={"fraction": 0}), "spec.learning.capture.fraction",
+                               "should be greater than or equal to 0.0001"),
+    "learning cap zero": (learns(capture={"maxPerHour": 0}), "spec.learning.capture.maxPerHour",
+                          "should be greater than or equal to 1"),
+    "learning holds out too much": (learns(training={"heldOut": 0.6}), "spec.learning.training.heldOut",
+                                    "should be less than or equal to 0.5"),
+})  # fmt: skip
+
+
+def test_learning_is_accepted_and_defaulted(cluster: Cluster, operator_crds: list[str], namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("learns", LEARNS))
+    obj = json.loads(cluster.kubectl("get", "-n", namespace, "sdep/learns", "-o", "json").stdout)
+    assert obj["spec"]["learning"] == {
+        "capture": {"fraction": 0.1, "mode": "All", "maxPerHour": 3600},
+        "storage": {"location": "s3://captures/qwen", "retentionDays": 30},
+        "trigger": {"minNewSamples": 1000, "cooldownSeconds": 86400},
+        "training": {"capturedShare": 0.5, "heldOut": 0.1},
+    }
+    # BelowThreshold without a threshold compares with 0.5 (the operator's default, not stored); drift over pvc://
+    spec = learns(capture={"mode": "BelowThreshold", "redact": [{"pattern": "[0-9]{16}"}]},
+                  storage={"location": "pvc://captures/qwen"}, trigger={"drift": {}})  # fmt: skip
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sdep("worst", spec))
+    learning = json.loads(cluster.kubectl("get", "-n", namespace, "sdep/worst", "-o", "json").stdout)["spec"][
+        "learning"
+    ]
+    assert "threshold" not in learning["capture"]
+    assert learning["capture"]["redact"] == [{"pattern": "[0-9]{16}", "replacement": "[REDACTED]"}]
+    assert learning["trigger"]["drift"] == {"margin": 0.05, "windows": 3, "baselineWindows": 3}
+    out = eventually(lambda: cluster.kubectl("explain", "sdep.spec.learning").stdout)
+    assert "upgradePolicy.canary" in out  # what learning needs, with why, in the words explain wraps
 
 
 def test_a_convert_job_is_accepted_without_data(cluster: Cluster, operator_crds: list[str], namespace: str) -> None:

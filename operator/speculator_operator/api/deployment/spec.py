@@ -10,8 +10,9 @@ from pydantic import ConfigDict, Field
 from speculator_operator.api.canary import Canary
 from speculator_operator.api.common import Model
 from speculator_operator.api.deployment.inputs import Speculator, Verifier
-from speculator_operator.api.deployment.rules import ADAPTIVE_RULE
+from speculator_operator.api.deployment.rules import ADAPTIVE_RULE, LEARNING_RULES
 from speculator_operator.api.deployment.serving import Serving
+from speculator_operator.api.learning import Learning
 from speculator_operator.api.parallelism import layout_rules
 
 
@@ -64,7 +65,7 @@ class SpeculatorDeploymentSpec(Model):
         "message": "with serving.adaptiveVerification vLLM verifies a varying share of each draft, so α is not "
         "measured: a canary compares MeanAcceptedLength (upgradePolicy.canary.metric)",
         "fieldPath": ".upgradePolicy.canary.metric",
-    }]})  # fmt: skip
+    }, *LEARNING_RULES]})  # fmt: skip
 
     verifier: Verifier
     speculator: Speculator = Field(
@@ -92,4 +93,13 @@ class SpeculatorDeploymentSpec(Model):
         default_factory=AuditPolicy,
         description="What the checkpoint audit accepts (docs/concepts/audit.md).",
         json_schema_extra={"default": {}},
+    )
+    learning: Learning | None = Field(
+        default=None,
+        description="Capture served completions, retrain the draft on them when live acceptance drifts or enough "
+        "new samples arrive, and let the canary decide (docs/concepts/learning.md). Off when unset: captured traffic "
+        "is user data. Needs upgradePolicy.canary (a learned draft always goes through a canary), "
+        "upgradePolicy.trainTemplate (what a learning run trains from), one node per replica (the capture runs in "
+        "the serving pod's API server, a multi-node group's leader only) and no audit.allowLossy (only lossless "
+        "decoding serves the verifier's own distribution). Accepted and validated; not acted on yet.",
     )

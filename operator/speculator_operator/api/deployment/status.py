@@ -1,6 +1,6 @@
 """What the operator observed and decided for a SpeculatorDeployment (its status, written by the operator only): the
 audit (a SpeculatorTrainJob's status reports its own with the same AuditSummary), live acceptance, the pair's
-economics, what Auto tuned, and the served revision."""
+economics, what Auto tuned, the served revision, and learning's state."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pydantic import Field
 
 from speculator_operator.api.canary import CanaryStatus
 from speculator_operator.api.common import Condition, Model
+from speculator_operator.api.learning import LearningStatus
 
 
 class AuditSummary(Model):
@@ -330,3 +331,8 @@ class SpeculatorDeploymentStatus(Model):
     )
     tuning: TuningStatus | None = None
     canary: CanaryStatus | None = Field(default=None, description="The canary in flight, or the last one's verdict.")
+    learning: LearningStatus | None = Field(
+        default=None,
+        description="What learning captured, its live baseline, the last trigger and the running or last learning "
+        "run (docs/concepts/learning.md). Not written yet.",
+    )
