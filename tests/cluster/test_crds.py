@@ -214,9 +214,11 @@ BAD.update({
     "learning without storage": ({**LEARNS, "learning": {"capture": {}}}, "spec.learning.storage",
                                  "Required value"),
     "learning fraction zero": (learns(capture={"fraction": 0}), "spec.learning.capture.fraction",
-                               "should be greater than or equal to 0.0001"),
+                               "capture.fraction must be at least 0.0001"),
     "learning cap zero": (learns(capture={"maxPerHour": 0}), "spec.learning.capture.maxPerHour",
                           "should be greater than or equal to 1"),
+    "learning takes no captured share": (learns(training={"capturedShare": 0}), "spec.learning.training.capturedShare",
+                                         "training.capturedShare must be at least 0.01"),
     "learning holds out too much": (learns(training={"heldOut": 0.6}), "spec.learning.training.heldOut",
                                     "should be less than or equal to 0.5"),
 })  # fmt: skip

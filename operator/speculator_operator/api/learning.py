@@ -4,7 +4,7 @@ between learning and the rest of the spec live with the spec's other cross-field
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -14,6 +14,14 @@ from speculator_operator.api.common import Model, SecretRef
 DEFAULT_THRESHOLD = 0.5
 LearningReason = Literal["Drift", "Samples", "Requested"]
 RunState = Literal["Running", "Succeeded", "Failed"]
+
+
+def at_least(minimum: float, field: str) -> dict[str, Any]:
+    """A CEL rule for a share's fractional lower bound. The schema's `minimum` alone lets a JSON integer 0 through:
+    the API server compares an integer value with the minimum truncated to an integer (0.0001 -> 0)."""
+    return {
+        "x-kubernetes-validations": [{"rule": f"self >= {minimum}", "message": f"{field} must be at least {minimum}"}]
+    }
 
 
 class Redaction(Model):
@@ -47,6 +55,7 @@ class Capture(Model):
         description="The share of eligible requests sampled, 0.0001..1 (default 0.1). Eligible: answered with "
         "status 200 by lossless decoding of the verifier's own text; docs/concepts/learning.md lists what is "
         "skipped (LoRA adapters, beam search, an assistant prefill, ...).",
+        json_schema_extra=at_least(0.0001, "capture.fraction"),
     )
     mode: Literal["All", "BelowThreshold"] = Field(
         default="All",
@@ -171,12 +180,14 @@ class Training(Model):
         le=1,
         description="The share of training rows taken from captured data, 0.01..1; the rest come from the "
         "template's data (1: captured data only).",
+        json_schema_extra=at_least(0.01, "training.capturedShare"),
     )
     held_out: float = Field(
         default=0.1,
         ge=0.01,
         le=0.5,
         description="The share of the snapshot held out for the job's evaluation, 0.01..0.5.",
+        json_schema_extra=at_least(0.01, "training.heldOut"),
     )
 
 
