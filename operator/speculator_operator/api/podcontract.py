@@ -312,6 +312,9 @@ class CaptureSettings(BaseModel):
     keep_metrics: bool = False  # --per-request-spec-decode-metrics is the user's: metrics reach the client as is
     timing_metrics: bool = False  # --enable-per-request-metrics: only metrics.speculative_decoding is removed
     force_include_usage: bool = False  # --enable-force-include-usage: every stream carries usage already
+    # when a shard is written (unset: the pod's defaults, pods/capture/spool.py SHARD_ROWS and SHARD_SECONDS)
+    shard_rows: int | None = Field(default=None, ge=1)
+    shard_seconds: float | None = Field(default=None, gt=0)
 
     @property
     def effective_threshold(self) -> float:

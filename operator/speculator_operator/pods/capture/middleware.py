@@ -315,6 +315,7 @@ class _Gather(_Strip):
                                captured_at=datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
         key = ShardKey(settings.location, settings.pvc_mount, settings.namespace, settings.deployment,
                        settings.verifier_revision, settings.draft_revision)  # fmt: skip
+        self.capture.spool.tune(settings.shard_rows, settings.shard_seconds)
         queued = self.capture.spool.put(key, policy.encode_row(row), self.reserved)
         self.reserved = 0
         self.settle(None if queued else "dropped")

@@ -168,6 +168,13 @@ class Spool:
             self._changed.notify()
         return True
 
+    def tune(self, shard_rows: int | None, shard_seconds: float | None) -> None:
+        """When shards are written from now on (None: as before)."""
+        with self._lock:
+            self.shard_rows = shard_rows or self.shard_rows
+            self.shard_seconds = shard_seconds or self.shard_seconds
+            self._changed.notify()
+
     def _start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="speculator-capture-spool", daemon=True)
