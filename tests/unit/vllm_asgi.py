@@ -30,9 +30,10 @@ def prompt_ids(body: dict[str, Any]) -> list[int]:
         words = [w for m in body["messages"] for w in str(m.get("content") or "").split()]
         return [1, 7, *(10 + len(w) for w in words), 8]
     prompt = body["prompt"]
-    if isinstance(prompt, list):
-        return [int(t) for t in prompt]
-    return [1, *(10 + len(w) for w in prompt.split())]
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        return list(prompt)
+    text = " ".join(prompt) if isinstance(prompt, list) else prompt  # a batch: one answer stands for all here
+    return [1, *(10 + len(w) for w in text.split())]
 
 
 def _dump(value: Any) -> bytes:
