@@ -526,8 +526,10 @@ def test_no_settings_file_captures_nothing(tmp_path: Path) -> None:
 
 
 def test_the_settings_model_reads_what_the_operator_writes() -> None:
-    written = CaptureSettings(fraction=0.1, max_per_hour=900, location="pvc://claim/captures", namespace="n",
-                              deployment="d", served_model="m", verifier_revision="v", draft_revision="r", k=3)  # fmt: skip
+    written = CaptureSettings(
+        fraction=0.1, max_per_hour=900, location="pvc://claim/captures", namespace="n", deployment="d",
+        served_model="m", verifier_revision="v", draft_revision="r", k=3,
+    )  # fmt: skip
     wire_json = written.model_dump_json(by_alias=True)
     assert '"maxPerHour":900' in wire_json
     assert CaptureSettings.model_validate_json(wire_json) == written
@@ -566,10 +568,13 @@ def test_nothing_captured_reaches_a_log(rig: Rig, caplog: pytest.LogCaptureFixtu
 def test_the_metrics_tail_is_the_top_level_member_only() -> None:
     nested = b'{"a":{"b":1,"metrics":{"speculative_decoding":{"x":1}}}}'
     assert wire.strip_json_metrics(nested, timing=False) == nested
-    top = b'{"kv_transfer_params":{"metrics":{"speculative_decoding":1}},"metrics":{"q":null,"speculative_decoding":{"x":1}}}'
-    assert wire.strip_json_metrics(top, timing=False) == b'{"kv_transfer_params":{"metrics":{"speculative_decoding":1}},"metrics":null}'
-    assert wire.strip_event_metrics(b'{"usage":{},"metrics":{"a":1.5,"speculative_decoding":{"x":[1]}}}', timing=True) == (
-        b'{"usage":{},"metrics":{"a":1.5}}')  # fmt: skip
+    transfer = b'{"kv_transfer_params":{"metrics":{"speculative_decoding":1}},"metrics":'
+    top = transfer + b'{"q":null,"speculative_decoding":{"x":1}}}'
+    assert wire.strip_json_metrics(top, timing=False) == transfer + b"null}"
+    assert wire.strip_json_metrics(top, timing=True) == transfer + b'{"q":null,"speculative_decoding":null}}'
+    event = b'{"usage":{},"metrics":{"a":1.5,"speculative_decoding":{"x":[1]}}}'
+    assert wire.strip_event_metrics(event, timing=True) == b'{"usage":{},"metrics":{"a":1.5}}'
+    assert wire.strip_event_metrics(event, timing=False) == b'{"usage":{}}'
     assert wire.strip_event_ids(b'{"text":"\\"token_ids\\":[1]","token_ids":[1, 2]}') == (
         b'{"text":"\\"token_ids\\":[1]","token_ids":null}')  # fmt: skip
 

@@ -122,7 +122,8 @@ class VllmAsgi:
                   "token_ids": [t for t, _ in COMPLETION] if ids else None, "routed_experts": None}  # fmt: skip
         return {"id": "cmpl-1", "object": "text_completion", "created": 1700000000, "model": self._model(body),
                 "choices": [choice], "service_tier": None, "system_fingerprint": None, "usage": self._usage(body),
-                "kv_transfer_params": None, "ec_transfer_params": None, "metrics": self.metrics(body, False)}  # fmt: skip
+                "kv_transfer_params": None, "ec_transfer_params": None,
+                "metrics": self.metrics(body, False)}  # fmt: skip
 
     def events(self, kind: str, body: dict[str, Any]) -> list[bytes]:
         ids = bool(body.get("return_token_ids"))

@@ -34,10 +34,10 @@ COMPLETIONS = "/v1/completions"
 
 
 def chat(i: int, **more: Any) -> dict[str, Any]:
-    return {"model": "tiny-verifier", "temperature": 0, "max_tokens": 12, **more,
+    return {"model": "tiny-verifier", "temperature": 0, "max_tokens": 12,
             "messages": [{"role": "user", "content": f"{MARKER} question {i}"},
                          {"role": "assistant", "content": f"an earlier answer {i}"},
-                         {"role": "user", "content": f"and then {i}?"}]}  # fmt: skip
+                         {"role": "user", "content": f"and then {i}?"}], **more}  # fmt: skip
 
 
 def completion(i: int, **more: Any) -> dict[str, Any]:
@@ -45,9 +45,17 @@ def completion(i: int, **more: Any) -> dict[str, Any]:
 
 
 # the traffic: (route, body), the same for the server with the capture and without
-CAPTURED = [(CHAT, chat(i)) for i in range(3)] + [(CHAT, chat(i, stream=True)) for i in range(3, 6)] + [
-    (COMPLETIONS, completion(i)) for i in range(2)] + [(COMPLETIONS, completion(i, stream=True)) for i in range(2, 4)]  # fmt: skip
-SKIPPED = [(CHAT, chat(9, messages=[{"role": "user", "content": f"{MARKER} {SECRET}"}])), (COMPLETIONS, completion(9, echo=True))]
+CAPTURED = [
+    *[(CHAT, chat(i)) for i in range(3)],
+    *[(CHAT, chat(i, stream=True)) for i in range(3, 5)],
+    (CHAT, chat(5, stream=True, stream_options={"include_usage": True})),  # the client's own usage chunk stays
+    *[(COMPLETIONS, completion(i)) for i in range(2)],
+    *[(COMPLETIONS, completion(i, stream=True)) for i in range(2, 4)],
+]
+SKIPPED = [
+    (CHAT, chat(9, messages=[{"role": "user", "content": f"{MARKER} {SECRET}"}])),  # redacted
+    (COMPLETIONS, completion(9, echo=True)),  # echo
+]
 
 
 def send(server: Server, route: str, body: dict[str, Any]) -> Any:
@@ -75,7 +83,9 @@ def metric(server: Server, name: str, **labels: str) -> float:
     return 0.0
 
 
-def start(vllm_env: Path, pair: dict[str, Path], log: Path, capture: Path | None, monkeypatch: pytest.MonkeyPatch) -> Server:
+def start(
+    vllm_env: Path, pair: dict[str, Path], log: Path, capture: Path | None, monkeypatch: pytest.MonkeyPatch
+) -> Server:
     spec = {"method": "eagle3", "model": str(pair["eagle3"]), "num_speculative_tokens": K}
     args = [*base_args(pair["verifier"]), "--speculative-config", json.dumps(spec)]
     if capture is not None:
@@ -134,10 +144,18 @@ def test_the_capture_in_vllm_makes_rows_prepare_data_trains_on(
 
         rows = shards(root)
         for row, (_, body), answer in zip(rows, CAPTURED, with_capture, strict=True):
-            usage = answer["usage"] if isinstance(answer, dict) else next(a["usage"] for a in answer if a.get("usage"))
-            assert sum(row["loss_mask"]) == usage["completion_tokens"]  # the served completion is the target
-            assert len(row["input_ids"]) == usage["prompt_tokens"] + usage["completion_tokens"]
-            assert row["loss_mask"].index(1) == usage["prompt_tokens"]  # the earlier assistant turn is context
+            prompt, completed = row["loss_mask"].count(0), row["loss_mask"].count(1)
+            assert row["loss_mask"] == [0] * prompt + [1] * completed  # the earlier assistant turn is context
+            assert len(row["input_ids"]) == prompt + completed
+            usage = answer.get("usage") if isinstance(answer, dict) else next(
+                (a["usage"] for a in answer if a.get("usage")), None)  # fmt: skip
+            if usage is not None:  # the served completion, and only it, is the target
+                assert (prompt, completed) == (usage["prompt_tokens"], usage["completion_tokens"])
+            if isinstance(answer, list):  # a stream: the row holds the text its events carried
+                said = "".join(c["delta"].get("content") or "" if "delta" in c else c.get("text") or ""
+                               for a in answer for c in a["choices"])  # fmt: skip
+                held = json.loads(row["completion"])
+                assert (held.get("content") or held.get("text") or "") == said
             assert row["acceptance"]["num_spec_tokens"] == K
             assert json.loads(row["sampling"])["temperature"] == 0
             assert bool(json.loads(row["sampling"]).get("stream")) == bool(body.get("stream"))
@@ -163,7 +181,8 @@ def test_the_capture_in_vllm_makes_rows_prepare_data_trains_on(
                     "--seq-length", "512"], check=True, capture_output=True, timeout=600,
                    env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})  # fmt: skip
     check = ("import json, sys\nfrom datasets import load_from_disk\nds = load_from_disk(sys.argv[1])\n"
-             "print(json.dumps([[list(map(int, r['input_ids'])), list(map(int, r['loss_mask']))] for r in ds]))")  # fmt: skip
+             "rows = [[list(map(int, r['input_ids'])), list(map(int, r['loss_mask']))] for r in ds]\n"
+             "print(json.dumps(rows))")  # fmt: skip
     out = subprocess.run([str(workloads_env / "bin" / "python"), "-c", check, str(prepared)], check=True,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     kept = sorted(json.loads(out.stdout.strip().splitlines()[-1]))

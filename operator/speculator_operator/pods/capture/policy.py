@@ -125,7 +125,9 @@ def request_skip(kind: Kind, body: Any) -> Skip | None:
 
 
 def _token_ids(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    return (
+        isinstance(value, list) and bool(value) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    )
 
 
 @dataclass(frozen=True)
