@@ -594,3 +594,47 @@ def test_the_routes() -> None:
     assert policy.route("POST", "/invocations") == "other"
     assert policy.route("GET", "/v1/completions") is None
     assert policy.route("POST", "/tokenize") is None
+
+
+# ---- fail open ---------------------------------------------------------------------------------------------------
+
+
+class Garbled(VllmAsgi):
+    """A server whose 200 answers the capture cannot read: a body that is not JSON, a stream event that is not."""
+
+    def whole(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        if scope["path"] == PATHS["chat"]:
+            await self._json(send, 200, b'{"choices": [oops')
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        for piece in (b'data: {"choices":[{"token_ids":[1]}]}\n\n', b"data: {oops\n\n", b"data: [DONE]\n\n"):
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def test_a_response_the_capture_cannot_read_reaches_the_client_as_the_server_sent_it(rig: Rig) -> None:
+    before = count(podcontract.CAPTURE_ERRORS_METRIC, kind="capture")
+    whole = call(rig.capture(Garbled()), PATHS["chat"], request("chat", False))
+    assert (whole.status, whole.body) == (200, b'{"choices": [oops')
+    streamed = call(rig.capture(Garbled()), PATHS["completion"], request("completion", True))
+    assert streamed.body == b'data: {"choices":[{"token_ids":null}]}\n\ndata: {oops\n\ndata: [DONE]\n\n'
+    assert count(podcontract.CAPTURE_ERRORS_METRIC, kind="capture") == before + 2
+    assert rig.rows() == []
+
+
+def test_a_failure_in_the_capture_passes_the_request_through(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(policy, "request_skip", broken)
+    before = count(podcontract.CAPTURE_ERRORS_METRIC, kind="capture")
+    server = VllmAsgi()
+    off = call(VllmAsgi(spec_metrics=False), PATHS["chat"], request("chat", False))
+    assert call(rig.capture(server), PATHS["chat"], request("chat", False)).body == off.body
+    assert "return_token_ids" not in server.received[-1]
+    assert count(podcontract.CAPTURE_ERRORS_METRIC, kind="capture") == before + 1

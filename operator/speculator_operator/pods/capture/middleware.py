@@ -22,9 +22,11 @@ import json
 import logging
 import random
 import time
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from speculator_operator.pods.capture import metrics, policy, wire
@@ -50,6 +52,15 @@ def _header(message: Message, name: bytes) -> bytes:
     return b""
 
 
+def _mode(start: Message) -> str | None:
+    """How a response is read: "sse" (an event stream), "json" (one body), None (not at all: another type, or
+    encoded bytes)."""
+    if _header(start, b"content-encoding"):
+        return None
+    ctype = _header(start, b"content-type")
+    return "sse" if ctype.startswith(SSE) else "json" if ctype.startswith(JSON) else None
+
+
 def _with_length(message: Message, length: int) -> Message:
     headers = [(k, v) for k, v in message.get("headers") or [] if k.lower() != b"content-length"]
     return {**message, "headers": [*headers, (b"content-length", str(length).encode())]}
@@ -69,9 +80,8 @@ class _Strip:
     async def send(self, message: Message) -> None:
         kind = message["type"]
         if kind == "http.response.start":
-            ctype = _header(message, b"content-type")
             if not self.keep and message["status"] == 200:
-                self.mode = "sse" if ctype.startswith(SSE) else "json" if ctype.startswith(JSON) else None
+                self.mode = _mode(message)
             if self.mode == "json":
                 self.start = message  # held until the body is whole: its length changes
                 return
@@ -142,12 +152,11 @@ class _Gather(_Strip):
     async def send(self, message: Message) -> None:
         kind = message["type"]
         if kind == "http.response.start":
-            ctype = _header(message, b"content-type")
             if message["status"] != 200:
                 self.settle(Skip.STATUS)
                 self.mode = None
             else:
-                self.mode = "sse" if ctype.startswith(SSE) else "json" if ctype.startswith(JSON) else None
+                self.mode = _mode(message)
                 if self.mode is None:
                     self.settle(Skip.BODY)
             if self.mode == "json":
@@ -367,9 +376,8 @@ class Capture:
             return
         try:
             strip, sampled = self._plan(scope, send)
-        except Exception:
-            metrics.ERRORS.labels("capture").inc()
-            log.exception("capture: a request passed through untouched")
+        except Exception as exc:
+            _failed(exc)
             strip, sampled = None, None
         if strip is None:
             await self.app(scope, receive, send)
@@ -409,9 +417,8 @@ class Capture:
         if read[-1]["type"] == "http.request":  # else the client left: vLLM sees that as it would have
             try:
                 sent, gather = self._prepare(kind, read, active, strip)
-            except Exception:
-                metrics.ERRORS.labels("capture").inc()
-                log.exception("capture: a request passed through untouched")
+            except Exception as exc:
+                _failed(exc)
                 sent, gather = None, None
         if sent is None or gather is None:
             await self.app(scope, _replay(read, receive), strip.send)
@@ -459,6 +466,15 @@ class Capture:
         if patterns and (policy.prompt_is_ids(kind, request) or policy.redaction_hit(patterns, *texts)):
             return Skip.REDACTED
         return None
+
+
+def _failed(exc: Exception) -> None:
+    """Count and log a failure of the capture: the exception's type and where it was raised, never its words (they
+    may quote the request)."""
+    metrics.ERRORS.labels("capture").inc()
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "?"
+    log.warning("capture: a request passed through untouched: %s at %s", type(exc).__name__, where)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
