@@ -297,6 +297,16 @@ def test_a_server_without_per_request_metrics_gives_no_row(rig: Rig) -> None:
     assert rig.rows() == []
 
 
+def test_with_speculation_off_a_row_says_nothing_was_drafted(rig: Rig) -> None:
+    rig.set(k=0)
+    call(rig.capture(VllmAsgi(spec_metrics=False)), PATHS["chat"], request("chat", True))
+    (row,) = rig.rows()
+    assert row["k"] == 0
+    assert row["acceptance"] == {"mean_acceptance_length": 0.0, "draft_acceptance_rate": 0.0, "num_spec_steps": 0,
+                                 "num_accepted_draft_tokens": 0, "num_draft_tokens": 0, "num_spec_tokens": 0,
+                                 "acceptance_histogram": []}  # fmt: skip
+
+
 def test_logprobs_and_grammars_are_on_policy(rig: Rig) -> None:
     """Lossless under the rejection sampler: applied to the verifier's logits before the accept test."""
     extra = {"logprobs": True, "top_logprobs": 2, "response_format": {"type": "json_object"}, "presence_penalty": 0.5}

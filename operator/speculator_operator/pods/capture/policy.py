@@ -42,6 +42,9 @@ SAMPLING_KEYS = (
 )  # fmt: skip
 ACCEPTANCE_INTS = ("num_spec_steps", "num_accepted_draft_tokens", "num_draft_tokens", "num_spec_tokens")
 ACCEPTANCE_FLOATS = ("mean_acceptance_length", "draft_acceptance_rate")
+# the acceptance of a row served with K 0: nothing drafted (the same keys and types as a measured one)
+UNMEASURED: dict[str, Any] = {**dict.fromkeys(ACCEPTANCE_FLOATS, 0.0), **dict.fromkeys(ACCEPTANCE_INTS, 0),
+                              "acceptance_histogram": []}  # fmt: skip
 
 
 class Skip(StrEnum):
@@ -234,7 +237,8 @@ def response_skip(settings: CaptureSettings, done: Completion) -> Skip | None:
         return Skip.TOKEN_IDS
     acceptance = acceptance_of(done.metrics)
     if acceptance is None:
-        return Skip.METRICS
+        # with K 0 (speculation off) nothing is measured, and the verifier's own completions are still on-policy
+        return None if settings.k == 0 and settings.mode == "All" else Skip.METRICS
     if not below_threshold(settings, acceptance):
         return Skip.THRESHOLD
     return None
@@ -278,7 +282,7 @@ def build_row(
     its acceptance for audit and filtering. Columns holding request or response structures are JSON text, so every
     row of every shard has the same columns with the same types (datasets loads shards side by side only so)."""
     assert done.prompt_ids is not None and done.ids is not None  # response_skip said so
-    acceptance = acceptance_of(done.metrics)
+    acceptance = acceptance_of(done.metrics) or UNMEASURED
     return {
         "schemaVersion": CAPTURE_SHARD_VERSION,
         "id": row_id,
