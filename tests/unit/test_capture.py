@@ -187,7 +187,8 @@ def test_timing_metrics_the_user_asked_for_stay(rig: Rig, stream: bool) -> None:
     for draw in (0.0, 0.99):
         on = call(rig.capture(VllmAsgi(spec_metrics=True, timing=True), draw=draw), PATHS["chat"], body)
         assert on.body == off.body
-        assert b"time_to_first_token_ms" in on.body and b"speculative_decoding\":{" not in on.body
+        assert b"time_to_first_token_ms" in on.body
+        assert b'"speculative_decoding":{' not in on.body
 
 
 def test_the_users_own_per_request_metrics_and_token_ids_stay(rig: Rig) -> None:
@@ -197,7 +198,8 @@ def test_the_users_own_per_request_metrics_and_token_ids_stay(rig: Rig) -> None:
     for draw in (0.0, 0.99):
         on = call(rig.capture(VllmAsgi(spec_metrics=True), draw=draw), PATHS["completion"], body)
         assert on.body == direct.body
-        assert b'"draft_acceptance_rate"' in on.body and b'"token_ids":[101' in on.body
+        assert b'"draft_acceptance_rate"' in on.body
+        assert b'"token_ids":[101' in on.body
     assert len(rig.rows()) == 1
 
 
@@ -411,7 +413,8 @@ def test_the_rows_being_gathered_count_against_the_spools_bytes(tmp_path: Path) 
         off = call(VllmAsgi(spec_metrics=False), PATHS["chat"], request("chat", True))
         assert call(rig.capture(VllmAsgi()), PATHS["chat"], request("chat", True)).body == off.body
         assert outcome("dropped") == before + 1
-        assert rig.rows() == [] and rig.spool.rows == 0
+        assert rig.rows() == []
+        assert rig.spool.rows == 0
     finally:
         rig.spool.close(5)
 
@@ -461,7 +464,8 @@ def test_a_pvc_shard_appears_whole_under_its_key(tmp_path: Path) -> None:
 
 def test_an_s3_shard_is_one_put_object() -> None:
     class Client:
-        calls: list[dict[str, Any]] = []
+        def __init__(self) -> None:
+            self.calls: list[dict[str, Any]] = []
 
         def put_object(self, **kwargs: Any) -> None:
             self.calls.append(kwargs)
@@ -499,7 +503,7 @@ def test_the_file_is_looked_at_no_more_often_than_the_check_interval(tmp_path: P
     now = [0.0]
     path = settings_file(tmp_path / "c.json", fraction=0.1)
     live = LiveSettings(str(path), check_seconds=2.0, clock=lambda: now[0])
-    assert live.current() is not None and live.current().settings.fraction == 0.1  # type: ignore[union-attr]
+    assert live.current().settings.fraction == 0.1  # type: ignore[union-attr]
     settings_file(path, fraction=0.7)
     now[0] = 1.5
     assert live.current().settings.fraction == 0.1  # type: ignore[union-attr]
@@ -569,7 +573,8 @@ def test_nothing_captured_reaches_a_log(rig: Rig, caplog: pytest.LogCaptureFixtu
     call(capture, PATHS["chat"], request("chat", False))
     assert caplog.records  # the failures were logged
     for record in caplog.records:
-        assert MARKER not in record.getMessage() and MARKER not in (record.exc_text or "")
+        assert MARKER not in record.getMessage()
+        assert MARKER not in (record.exc_text or "")
 
 
 # ---- the pure parts ----------------------------------------------------------------------------------------------
