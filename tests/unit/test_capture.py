@@ -299,6 +299,15 @@ def test_a_server_without_per_request_metrics_gives_no_row(rig: Rig) -> None:
     assert rig.rows() == []
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_response_without_token_ids_gives_no_row(rig: Rig, stream: bool) -> None:
+    before = skipped("token-ids")
+    off = call(VllmAsgi(spec_metrics=False), PATHS["chat"], request("chat", stream))
+    assert call(rig.capture(VllmAsgi(hide_ids=True)), PATHS["chat"], request("chat", stream)).body == off.body
+    assert skipped("token-ids") == before + 1
+    assert rig.rows() == []
+
+
 def test_with_speculation_off_a_row_says_nothing_was_drafted(rig: Rig) -> None:
     rig.set(k=0)
     call(rig.capture(VllmAsgi(spec_metrics=False)), PATHS["chat"], request("chat", True))

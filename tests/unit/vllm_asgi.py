@@ -45,6 +45,7 @@ class VllmAsgi:
     spec_metrics: bool = True  # --per-request-spec-decode-metrics summary
     timing: bool = False  # --enable-per-request-metrics
     split: bool = False
+    hide_ids: bool = False  # token ids withheld, as vLLM does with hidden reasoning (include_reasoning false)
     received: list[dict[str, Any]] = field(default_factory=list)
 
     def spec(self, body: dict[str, Any], streamed: bool) -> dict[str, Any]:
@@ -104,7 +105,7 @@ class VllmAsgi:
                 "prompt_tokens_details": None}  # fmt: skip
 
     def whole(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
-        ids = bool(body.get("return_token_ids"))
+        ids = bool(body.get("return_token_ids")) and not self.hide_ids
         text = "".join(t for _, t in COMPLETION)
         common = {"finish_reason": "stop", "stop_reason": None}
         if kind == "chat":
@@ -126,7 +127,7 @@ class VllmAsgi:
                 "metrics": self.metrics(body, False)}  # fmt: skip
 
     def events(self, kind: str, body: dict[str, Any]) -> list[bytes]:
-        ids = bool(body.get("return_token_ids"))
+        ids = bool(body.get("return_token_ids")) and not self.hide_ids
         head = {"id": "chatcmpl-1" if kind == "chat" else "cmpl-1",
                 "object": "chat.completion.chunk" if kind == "chat" else "text_completion", "created": 1700000000,
                 "model": self._model(body)}  # fmt: skip

@@ -24,6 +24,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from speculator_operator.api.learning import DEFAULT_THRESHOLD
+
 # ---- environment ------------------------------------------------------------------------------------------
 
 REPORT_PATH_ENV = "SPECULATOR_REPORT_PATH"  # where a stage writes its report (tests point it at a file)
@@ -318,4 +320,4 @@ class CaptureSettings(BaseModel):
 
     @property
     def effective_threshold(self) -> float:
-        return 0.5 if self.threshold is None else self.threshold
+        return DEFAULT_THRESHOLD if self.threshold is None else self.threshold
