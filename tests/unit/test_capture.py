@@ -165,7 +165,7 @@ def test_the_client_gets_the_bytes_it_gets_without_the_capture(
     rig: Rig, kind: str, stream: bool, split: bool, sampled: bool
 ) -> None:
     rig.set(fraction=0.5)
-    for usage in ([False, True] if stream else [False]):
+    for usage in [False, True] if stream else [False]:
         body = request(kind, stream, **({"stream_options": {"include_usage": True}} if usage else {}))
         off = call(VllmAsgi(spec_metrics=False, split=split), PATHS[kind], body)
         server = VllmAsgi(spec_metrics=True, split=split)
@@ -233,8 +233,12 @@ def test_a_row_is_the_exact_tokens_the_prompt_as_context_and_the_completion_as_t
                                            **({"stream": True} if stream else {})}  # fmt: skip
     assert row["acceptance"]["draft_acceptance_rate"] == pytest.approx(0.3)
     assert row["acceptance"]["num_spec_tokens"] == 3
-    assert (row["servedRevision"], row["verifierRevision"], row["draftRevision"], row["k"]) == ("r-1", "v-abc",
-                                                                                                 "d-123", 3)
+    assert (row["servedRevision"], row["verifierRevision"], row["draftRevision"], row["k"]) == (
+        "r-1",
+        "v-abc",
+        "d-123",
+        3,
+    )
     assert row["finishReason"] == "stop"
     assert row["capturedAt"] == "2027-01-15T08:00:00Z"
     (key,) = rig.memory.shards
@@ -372,9 +376,7 @@ def test_the_fraction_samples(rig: Rig) -> None:
      ("secret-tool", {"tools": [{"type": "function", "function": {"name": "secret-tool"}}]})],
     ids=["prompt", "completion", "tools"],
 )  # fmt: skip
-def test_a_row_whose_text_matches_a_redaction_is_never_written(
-    rig: Rig, pattern: str, change: dict[str, Any]
-) -> None:
+def test_a_row_whose_text_matches_a_redaction_is_never_written(rig: Rig, pattern: str, change: dict[str, Any]) -> None:
     rig.set(redact=[{"pattern": "never-matches"}, {"pattern": pattern, "replacement": "[X]"}])
     before = skipped("redacted")
     body = request("chat", False, **change)

@@ -14,6 +14,7 @@ its `model` the model the response names (another name stands for a LoRA adapter
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -184,7 +185,7 @@ class VllmAsgi:
             data = b"".join(events)
             cuts = sorted({0, len(data), *(sum(len(e) for e in events[:i]) + len(events[i]) // 2
                                           for i in range(len(events)))})  # fmt: skip
-            pieces = [data[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+            pieces = [data[a:b] for a, b in itertools.pairwise(cuts)]
         else:
             pieces = events
         for piece in pieces:

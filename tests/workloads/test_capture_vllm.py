@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from prometheus_client.parser import text_string_to_metric_families
 
 from speculator_operator.api import podcontract

@@ -209,6 +209,7 @@ class _Gather(_Strip):
             self.kind == "chat"
             and self.asked.token_ids
             and not self.asked.logprobs
+            and isinstance(choices, list)
             and bool(choices)
             and "usage" not in chunk
             and all(c.get("delta") == {} and c.get("finish_reason") is None for c in choices)
@@ -442,13 +443,11 @@ class Capture:
         except ValueError:
             request = None
         reason = self._skip(kind, request, active)
-        if reason is None and not self.spool.reserve(len(raw)):
-            reason = "dropped"
-        if reason == "dropped":
-            metrics.dropped()
-        elif isinstance(reason, Skip):
-            metrics.skipped(reason)
         if reason is not None:
+            metrics.skipped(reason)
+            return None, None
+        if not self.spool.reserve(len(raw)):
+            metrics.dropped()
             return None, None
         body, asked = policy.ask(request, force_include_usage=active.settings.force_include_usage)
         # ASCII escapes: a lone surrogate the client escaped stays valid

@@ -61,7 +61,7 @@ class Skip(StrEnum):
     BATCH = "batch"  # a completions request with several prompts
     INPUT = "input"  # not text: images, audio, video, files, prompt embeddings
     WATERMARK = "watermark"  # a watermarked sample is keyed, not drawn from the verifier's distribution
-    TOKEN_IDS = "token-ids"  # the response holds no token ids (hidden reasoning suppresses them)
+    TOKEN_IDS = "token-ids"  # noqa: S105 - a reason, not a secret: the response holds no token ids (hidden reasoning)
     METRICS = "metrics"  # the response holds no speculative-decoding metrics (the row's acceptance)
     THRESHOLD = "threshold"  # mode BelowThreshold: the request's own acceptance is at or above the threshold
     BUDGET = "budget"  # this pod's captures of the hour are used up
@@ -281,7 +281,8 @@ def build_row(
     loss 0, earlier assistant turns included, then the completion with loss 1), and the request, the completion and
     its acceptance for audit and filtering. Columns holding request or response structures are JSON text, so every
     row of every shard has the same columns with the same types (datasets loads shards side by side only so)."""
-    assert done.prompt_ids is not None and done.ids is not None  # response_skip said so
+    assert done.prompt_ids is not None  # response_skip said so
+    assert done.ids is not None
     acceptance = acceptance_of(done.metrics) or UNMEASURED
     return {
         "schemaVersion": CAPTURE_SHARD_VERSION,
