@@ -165,9 +165,14 @@ def test_the_capture_in_vllm_makes_rows_prepare_data_trains_on(
         blocked.write_text("")
         settings(config, blocked)
         dropped = metric(server, podcontract.CAPTURE_REQUESTS_METRIC, outcome="dropped")
-        for route, body in CAPTURED[:2]:
+
+        def served_and_dropped() -> None:  # the settings apply within the capture's check interval
+            route, body = CAPTURED[0]
             assert send(server, route, body)["choices"]
-        eventually(lambda: _moved(server, dropped + 2), timeout=60)
+            assert metric(server, podcontract.CAPTURE_REQUESTS_METRIC, outcome="dropped") > dropped
+            assert metric(server, podcontract.CAPTURE_ERRORS_METRIC, kind="storage") >= 1
+
+        eventually(served_and_dropped, timeout=60, interval=1)
     finally:
         server.stop()
     for log in (off_log, on_log):
@@ -185,13 +190,9 @@ def test_the_capture_in_vllm_makes_rows_prepare_data_trains_on(
     out = subprocess.run([str(workloads_env / "bin" / "python"), "-c", check, str(prepared)], check=True,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     kept = sorted(json.loads(out.stdout.strip().splitlines()[-1]))
-    assert kept == sorted([r["input_ids"], r["loss_mask"]] for r in rows)
+    assert kept == sorted([r["input_ids"], r["loss_mask"]] for r in shards(root))  # a request or two more may have
+    # been captured there before the unwritable settings applied
 
 
 def _rows(root: Path, n: int) -> None:
     assert len(shards(root)) == n
-
-
-def _moved(server: Server, at_least: float) -> None:
-    assert metric(server, podcontract.CAPTURE_REQUESTS_METRIC, outcome="dropped") >= at_least
-    assert metric(server, podcontract.CAPTURE_ERRORS_METRIC, kind="storage") >= 1
