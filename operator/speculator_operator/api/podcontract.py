@@ -8,7 +8,9 @@ Both sides import this module and nothing else of each other (docs/design/pod-co
 - the exit codes of the in-pod commands (`ExitCode`) and the evaluate stage's outcomes (`EvaluationOutcome`),
   which the rendered Jobs' podFailurePolicy and the train job's conditions name;
 - the progress line a running stage prints to its log and the operator reads from the log's tail;
-- the environment variables of the contract, each with its one default.
+- the environment variables of the contract, each with its one default;
+- the capture in the serving pod: its settings file (`CaptureSettings`), its shard schema version and the names
+  of the counters the operator reads from the pod's /metrics.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import json
 import math
 import os
 from enum import IntEnum, StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from speculator_operator.api.learning import DEFAULT_THRESHOLD
 
 # ---- environment ------------------------------------------------------------------------------------------
 
@@ -252,3 +257,67 @@ def _clean(found: dict[str, Any]) -> dict[str, Any]:
         if kept:
             out["metrics"] = kept
     return out
+
+
+# ---- the capture in the serving pod -----------------------------------------------------------------------
+# pods/capture/ runs inside vLLM's API server (`--middleware CAPTURE_MIDDLEWARE`); the operator writes its
+# settings into a ConfigMap mounted at the file CAPTURE_CONFIG_ENV names, and reads its counters from the /metrics
+# vLLM serves (docs/concepts/learning.md#capture-in-the-pod).
+
+CAPTURE_CONFIG_ENV = "SPECULATOR_CAPTURE_CONFIG"  # the path of the CaptureSettings JSON file in the serving pod
+CAPTURE_MIDDLEWARE = "speculator_operator.pods.capture.middleware.Capture"  # what vLLM's --middleware names
+CAPTURE_PVC_MOUNT = "/var/lib/speculator/capture"  # where a pvc:// location's claim is mounted in the serving pod
+CAPTURE_POD_ENV = "POD_NAME"  # the pod's name (the downward API), part of every shard's key; else $HOSTNAME
+CAPTURE_SHARD_VERSION = 1  # the `schemaVersion` of every shard row
+
+# the counters, as /metrics exposes them (prometheus_client's default registry in vLLM's API server process)
+CAPTURE_REQUESTS_METRIC = "speculator_capture_requests_total"  # {outcome}: one per sampled request, once settled
+CAPTURE_SKIPPED_METRIC = "speculator_capture_skipped_total"  # {reason}: sampled requests not captured, by reason
+CAPTURE_BYTES_METRIC = "speculator_capture_bytes_total"  # shard bytes written to storage
+CAPTURE_SPOOL_ROWS_METRIC = "speculator_capture_spool_rows"  # rows waiting in the pod's spool (a gauge)
+CAPTURE_ERRORS_METRIC = "speculator_capture_errors_total"  # {kind}: config, capture, storage
+CAPTURE_OUTCOMES = ("captured", "skipped", "dropped")
+
+
+class CaptureRedaction(BaseModel):
+    """One of spec.learning.capture.redact, as the pod compiles it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    pattern: str
+    replacement: str = "[REDACTED]"
+
+
+class CaptureSettings(BaseModel):
+    """What the capture in a serving pod does: spec.learning.capture with what the operator computed for the pod
+    (its share of the hourly cap), where shards go and what they are labelled with. The operator writes it as
+    camelCase JSON; unknown keys are ignored, so a pod reads a newer operator's file during a rollout."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    enabled: bool = True  # False: capture nothing (a missing or unreadable Secret), keep serving and stripping
+    fraction: float = Field(ge=0, le=1)
+    mode: Literal["All", "BelowThreshold"] = "All"
+    threshold: float | None = Field(default=None, ge=0, le=1)  # BelowThreshold: keep acceptance below it
+    max_per_hour: int = Field(ge=0)  # this pod's share: floor(maxPerHour / R)
+    redact: list[CaptureRedaction] = Field(default_factory=list)
+    location: str = Field(pattern=r"^(s3|pvc)://[^/]+/.+$")  # spec.learning.storage.location
+    pvc_mount: str = CAPTURE_PVC_MOUNT  # where a pvc:// location's claim is mounted
+    namespace: str = Field(min_length=1)
+    deployment: str = Field(min_length=1)
+    served_model: str = Field(min_length=1)  # vLLM's first served model name: a response naming another is a LoRA
+    served_revision: str = ""  # status.revision of the serving pods
+    verifier_revision: str = Field(min_length=1)
+    draft_revision: str = Field(min_length=1)
+    k: int = Field(ge=0)
+    # the user's own server flags: what the client asked for is not stripped
+    keep_metrics: bool = False  # --per-request-spec-decode-metrics is the user's: metrics reach the client as is
+    timing_metrics: bool = False  # --enable-per-request-metrics: only metrics.speculative_decoding is removed
+    force_include_usage: bool = False  # --enable-force-include-usage: every stream carries usage already
+    # when a shard is written (unset: the pod's defaults, pods/capture/spool.py SHARD_ROWS and SHARD_SECONDS)
+    shard_rows: int | None = Field(default=None, ge=1)
+    shard_seconds: float | None = Field(default=None, gt=0)
+
+    @property
+    def effective_threshold(self) -> float:
+        return DEFAULT_THRESHOLD if self.threshold is None else self.threshold
