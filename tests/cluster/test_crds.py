@@ -241,7 +241,7 @@ def test_learning_is_accepted_and_defaulted(cluster: Cluster, operator_crds: lis
         "learning"
     ]
     assert "threshold" not in learning["capture"]
-    assert learning["capture"]["redact"] == [{"pattern": "[0-9]{16}", "replacement": "[REDACTED]"}]
+    assert learning["capture"]["redact"] == [{"pattern": "[0-9]{16}"}]
     assert learning["trigger"]["drift"] == {"margin": 0.05, "windows": 3, "baselineWindows": 3}
     out = eventually(lambda: cluster.kubectl("explain", "sdep.spec.learning").stdout)
     assert "upgradePolicy.canary" in out  # what learning needs, with why, in the words explain wraps

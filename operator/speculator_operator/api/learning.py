@@ -25,16 +25,15 @@ def at_least(minimum: float, field: str) -> dict[str, Any]:
 
 
 class Redaction(Model):
-    """One redaction: every match of `pattern` in a captured text is replaced before anything is written."""
+    """One redaction: a sampled request any of whose texts (messages or prompt, tools, completion) matches
+    `pattern` is not captured at all: a row is the exact token ids, which carry the same text, and the pod has no
+    tokenizer to encode a rewritten text again (docs/concepts/learning.md)."""
 
     pattern: str = Field(
         min_length=1,
         max_length=512,
         description="A Python regular expression (the capture runs in the serving pod's Python). A pattern the "
         "pod cannot compile captures nothing rather than writing unredacted text.",
-    )
-    replacement: str = Field(
-        default="[REDACTED]", max_length=64, description="What each match is replaced with (default [REDACTED])."
     )
 
 
@@ -80,8 +79,10 @@ class Capture(Model):
     redact: list[Redaction] | None = Field(
         default=None,
         max_length=32,
-        description="Up to 32 redactions applied in order to every captured text (prompts, tool calls, "
-        "completions) in the pod, before anything is buffered or written.",
+        description="Up to 32 patterns checked in the pod against every text of a sampled request (prompts, "
+        "tools, the completion) before anything is buffered or written: a request that matches any is not "
+        "captured (its token ids carry the same text). With patterns set, a prompt given as token ids is not "
+        "captured either.",
     )
 
     @property

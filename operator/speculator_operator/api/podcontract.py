@@ -285,7 +285,6 @@ class CaptureRedaction(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     pattern: str
-    replacement: str = "[REDACTED]"
 
 
 class CaptureSettings(BaseModel):
