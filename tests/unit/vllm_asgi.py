@@ -24,6 +24,7 @@ Message = MutableMapping[str, Any]
 SERVED = "tiny-verifier"
 COMPLETION = [(101, "Bonjour"), (102, " à"), (103, " toi"), (104, " →!"), (2, "")]
 HELD_BACK = 103  # the chat parser holds this token's text back, sending it with the next one
+FINGERPRINT = "vllm-0.32.0-f028703d"  # config-derived, the same on every response of a server
 
 
 def prompt_ids(body: dict[str, Any]) -> list[int]:
@@ -161,9 +162,12 @@ class VllmAsgi:
                           "token_ids": [token] if ids else None}  # fmt: skip
                 out.append({**head, "choices": [choice]})
         options = body.get("stream_options") or {}
+        if not options.get("include_usage"):  # vLLM stamps its fingerprint on the terminal chunk, else on usage's
+            out[-1]["system_fingerprint"] = FINGERPRINT
         if options.get("include_usage"):
             final: dict[str, Any] = {**head, "choices": [], "usage": self._usage(body)}
             del final["usage"]["prompt_tokens_details"]
+            final["system_fingerprint"] = FINGERPRINT
             metrics = self.metrics(body, True)
             if metrics is not None:
                 final["metrics"] = metrics

@@ -148,6 +148,9 @@ class _Gather(_Strip):
         self.calls: dict[int, dict[str, Any]] = {}
         self.settled = False
         self.broken = False  # the response could not be read: forwarded with what the flag added removed only
+        # with the usage chunk the capture asked for, vLLM stamps its system_fingerprint on that chunk instead of
+        # the terminal one (chat_completion/serving.py): the terminal chunk waits for it, and gets it back
+        self.terminal: list[bytes] = []
 
     async def send(self, message: Message) -> None:
         kind = message["type"]
@@ -177,11 +180,22 @@ class _Gather(_Strip):
                 out.append(self._event(event))
             except Exception:
                 self._break()
+                out.append(self._release(None))
                 out.append(self._rewritten(event))
         if not more:
+            out.append(self._release(None))
             out.append(self.events.rest())
             self.finish()
         return b"".join(out)
+
+    def _release(self, fingerprint: Any) -> bytes:
+        """The terminal chunks held for the usage chunk, as vLLM would have sent them without it: with the
+        fingerprint as their last field (where its model puts it when usage is not asked for)."""
+        held, self.terminal = self.terminal, []
+        if fingerprint is not None:
+            tail = b',"system_fingerprint":' + json.dumps(fingerprint, ensure_ascii=False).encode() + b"}"
+            held = [data[:-1] + tail for data in held]
+        return b"".join(wire.DATA + data + wire.EVENT_END for data in held)
 
     def _event(self, event: bytes) -> bytes:
         data = wire.event_json(event)
@@ -192,8 +206,14 @@ class _Gather(_Strip):
             self._hold(len(data))
             self._gather(chunk)
         if self._added(chunk):
+            if self.asked.usage and chunk.get("choices") == []:
+                return self._release(chunk.get("system_fingerprint"))
             return b""
-        return wire.DATA + self._rewrite(data) + wire.EVENT_END
+        choices = chunk.get("choices")
+        if self.asked.usage and isinstance(choices, list) and any(c.get("finish_reason") for c in choices):
+            self.terminal.append(self._rewrite(data))
+            return b""
+        return self._release(None) + wire.DATA + self._rewrite(data) + wire.EVENT_END
 
     def _rewrite(self, data: bytes) -> bytes:
         data = super()._rewrite(data)
