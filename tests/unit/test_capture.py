@@ -664,3 +664,23 @@ def test_a_failure_in_the_capture_passes_the_request_through(rig: Rig, monkeypat
     assert call(rig.capture(server), PATHS["chat"], request("chat", False)).body == off.body
     assert "return_token_ids" not in server.received[-1]
     assert count(podcontract.CAPTURE_ERRORS_METRIC, kind="capture") == before + 1
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["body", "stream"])
+def test_a_failure_once_the_response_is_whole_gives_the_client_its_answer(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, streamed: bool
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(policy, "build_row", broken)  # runs inside vLLM's send, after the response was read
+    before = count(podcontract.CAPTURE_ERRORS_METRIC, kind="capture")
+    off = call(VllmAsgi(spec_metrics=False), PATHS["chat"], request("chat", streamed))
+    got = call(rig.capture(VllmAsgi()), PATHS["chat"], request("chat", streamed))
+    assert (got.status, got.body) == (off.status, off.body)
+    assert count(podcontract.CAPTURE_ERRORS_METRIC, kind="capture") == before + 1
+
+
+def test_a_lone_surrogate_in_a_request_still_makes_a_row() -> None:
+    line = policy.encode_row({"tools": '[{"name": "\ud83d"}]', "input_ids": [1, 2]})
+    assert json.loads(line)["tools"] == '[{"name": "\ud83d"}]'

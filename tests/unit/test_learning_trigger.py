@@ -325,3 +325,6 @@ def test_a_pass_without_windows_keeps_the_counts_and_without_learning_changes_no
 def test_the_hourly_cap_is_the_deployments_shared_down_by_floor(max_per_hour: int, replicas: int, each: int) -> None:
     assert per_pod_budget(max_per_hour, replicas) == each
     assert each * replicas <= max_per_hour  # the pods together never exceed it
+    # vLLM builds one capture per API-server process: the pod's share is divided again
+    assert per_pod_budget(max_per_hour, replicas, 2) == (max_per_hour // (2 * replicas) if replicas else 0)
+    assert per_pod_budget(max_per_hour, replicas, 2) * 2 * replicas <= max_per_hour

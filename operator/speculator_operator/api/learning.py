@@ -32,8 +32,9 @@ class Redaction(Model):
     pattern: str = Field(
         min_length=1,
         max_length=512,
-        description="A Python regular expression (the capture runs in the serving pod's Python). A pattern the "
-        "pod cannot compile captures nothing rather than writing unredacted text.",
+        description="A Python regular expression (the capture runs in the serving pod's Python), matched on "
+        "the serving path of sampled requests: a pattern that backtracks (such as (a+)+$) slows every response "
+        "of that server. A pattern the pod cannot compile captures nothing rather than writing unredacted text.",
     )
 
 
@@ -73,16 +74,17 @@ class Capture(Model):
         ge=1,
         le=10_000_000,
         description="At most this many captured requests per hour for the whole deployment, not per pod: each "
-        "of R capturing pods takes floor(maxPerHour / R), so the total never exceeds it; below R every pod's "
-        "share is 0 and nothing is captured (status.learning says so).",
+        "of R capturing pods takes floor(maxPerHour / R), shared again among the pod's vLLM API-server processes "
+        "(each captures on its own), so the total never exceeds it; a share below 1 captures nothing.",
     )
     redact: list[Redaction] | None = Field(
         default=None,
         max_length=32,
         description="Up to 32 patterns checked in the pod against every text of a sampled request (prompts, "
-        "tools, the completion) before anything is buffered or written: a request that matches any is not "
-        "captured (its token ids carry the same text). With patterns set, a prompt given as token ids is not "
-        "captured either.",
+        "tools, the completion): a request that matches any is not captured and nothing of it is written (its "
+        "token ids carry the same text); a match in the request is found before it is sent on, one in the "
+        "completion once the response is whole. With patterns set, a prompt given as token ids is not captured "
+        "either.",
     )
 
     @property

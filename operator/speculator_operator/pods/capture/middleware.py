@@ -200,7 +200,7 @@ class _Gather(_Strip):
     def _event(self, event: bytes) -> bytes:
         data = wire.event_json(event)
         if data is None:
-            return event  # a keep-alive comment, [DONE]
+            return self._release(None) + event  # a keep-alive comment, [DONE]: a held terminal chunk goes first
         chunk = json.loads(data)
         if not self.settled:
             self._hold(len(data))
@@ -327,7 +327,15 @@ class _Gather(_Strip):
         self.settle(Skip.BODY)
 
     def finish(self) -> None:
-        """The response is whole: the row is built and queued, or the request counted skipped or dropped."""
+        """The response is whole: the row is built and queued, or the request counted skipped or dropped. It runs
+        inside vLLM's `send`: whatever fails here is counted and the request skipped, never raised to the client."""
+        try:
+            self._finish()
+        except Exception as exc:
+            _failed(exc)
+            self.settle(Skip.BODY)
+
+    def _finish(self) -> None:
         if self.settled:
             return
         done = self._streamed() if self.mode == "sse" else self.done
@@ -469,10 +477,14 @@ class Capture:
         if not self.spool.reserve(len(raw)):
             metrics.dropped()
             return None, None
-        body, asked = policy.ask(request, force_include_usage=active.settings.force_include_usage)
-        # ASCII escapes: a lone surrogate the client escaped stays valid
-        sent = json.dumps(body).encode()
-        return sent, _Gather(self, strip.downstream, kind, request, asked, active, len(raw))
+        try:
+            body, asked = policy.ask(request, force_include_usage=active.settings.force_include_usage)
+            # ASCII escapes: a lone surrogate the client escaped stays valid
+            sent = json.dumps(body).encode()
+            return sent, _Gather(self, strip.downstream, kind, request, asked, active, len(raw))
+        except Exception:
+            self.spool.release(len(raw))  # the caller counts the failure and passes the request through
+            raise
 
     @staticmethod
     def _skip(kind: Kind, request: Any, active: Active) -> Skip | None:

@@ -306,8 +306,12 @@ def build_row(
 
 
 def encode_row(row: dict[str, Any]) -> bytes:
-    """The row as one jsonl line."""
-    return (_json(row) + "\n").encode()
+    """The row as one jsonl line: UTF-8, or with ASCII escapes where the text holds what UTF-8 cannot (a lone
+    surrogate the client escaped in its JSON)."""
+    try:
+        return (_json(row) + "\n").encode()
+    except UnicodeEncodeError:
+        return (json.dumps(row, separators=(",", ":")) + "\n").encode()
 
 
 class Budget:
