@@ -136,6 +136,17 @@ SERVE_CASES: dict[str, tuple[dict[str, Any], serving.Draft]] = {
         serving.Draft("eagle3", 3, "d" * 40),
     ),
     "serve-dspark-adaptive": ({"serving": {"adaptiveVerification": True}}, serving.Draft("dspark", 8, "d" * 40)),
+    "serve-learning-s3": (
+        {
+            "serving": {"replicas": 2},
+            "upgradePolicy": {"canary": {"replicas": 1}, "trainTemplate": {"algorithm": "eagle3"}},
+            "learning": {
+                "capture": {"fraction": 0.1, "redact": [{"pattern": "[0-9]{13,19}"}]},
+                "storage": {"location": "s3://captures/qwen3", "credentials": {"name": "capture-writer"}},
+            },
+        },
+        serving.Draft("eagle3", 3, "d" * 40),
+    ),
     "serve-stitched-mtp": (
         {
             "verifier": {"model": "s3://models/qwen3-next"},

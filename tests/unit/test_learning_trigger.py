@@ -17,11 +17,11 @@ from speculator_operator.planning.learning import (
     Planned,
     Window,
     judged,
-    per_pod_budget,
     plan_trigger,
     run_finished,
     run_started,
 )
+from speculator_operator.render.capture import per_pod_budget
 
 T0 = datetime(2026, 12, 7, 12, 0, 0, tzinfo=UTC)
 INTERVAL = timedelta(seconds=300)

@@ -259,7 +259,7 @@ class S3Source(_RangedSource):
             raise SourceError(f"{self.uri}/{name}: no such object (deleted after the listing)") from None
 
 
-_S3_KEYS = (
+S3_KEYS = (  # what a Secret for s3:// may hold, and the environment fills in where it does not
     "AWS_ENDPOINT_URL_S3",
     "AWS_ENDPOINT_URL",
     "AWS_ACCESS_KEY_ID",
@@ -276,7 +276,7 @@ def s3_client(credentials: Mapping[str, str] | None = None) -> Any:
     the operator audits with the same few Secrets over and over (a rotated Secret is a new key; so is a
     changed environment, read here rather than left to boto3 at the client's making)."""
     creds = credentials or {}
-    key = tuple(creds.get(k) or os.environ.get(k) or None for k in _S3_KEYS)
+    key = tuple(creds.get(k) or os.environ.get(k) or None for k in S3_KEYS)
     # one maker at a time: a burst of audits on many threads would otherwise each make the same client, and
     # each making decodes botocore's JSON service models anew (measured: 288 MiB of them at once at 100
     # resources, which the process's resident set kept)
@@ -325,7 +325,7 @@ def _s3_client(values: tuple[str | None, ...]) -> Any:
     import boto3
     from botocore.config import Config
 
-    creds = {k: v for k, v in zip(_S3_KEYS, values, strict=True) if v}
+    creds = {k: v for k, v in zip(S3_KEYS, values, strict=True) if v}
     return boto3.session.Session(botocore_session=botocore_session()).client(
         "s3",
         endpoint_url=creds.get("AWS_ENDPOINT_URL_S3") or creds.get("AWS_ENDPOINT_URL") or None,

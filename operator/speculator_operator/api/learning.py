@@ -96,8 +96,8 @@ class Capture(Model):
 
 
 class Storage(Model):
-    """Where captured samples are written. A change of this block rolls the serving pods (their storage flags and
-    credentials change)."""
+    """Where captured samples are written. A change of the location or the credentials rolls the serving pods (what
+    they mount changes); retentionDays is picked up live."""
 
     location: str = Field(
         max_length=512,
@@ -108,16 +108,17 @@ class Storage(Model):
     )
     credentials: SecretRef | None = Field(
         default=None,
-        description="A Secret with AWS_* keys for s3://, mounted in the serving pods. Give it write access to the "
-        "prefix only: the learning run reads the shards with upgradePolicy.trainTemplate's own credentials. A "
-        "missing or unreadable Secret stops the capture, never serving.",
+        description="A Secret with AWS_* keys for s3://, mounted in the serving pods as files. Give it put, list "
+        "and delete on the prefix only (the pods write shards and delete expired ones); the learning run reads "
+        "the shards with upgradePolicy.trainTemplate's own credentials. A missing or unreadable Secret stops the "
+        "capture, never serving; once it is there the capture starts within a resync, without a rollout.",
     )
     retention_days: int = Field(
         default=30,
         ge=1,
         le=3650,
-        description="Shards older than this many days are deleted, except those a running learning run's snapshot "
-        "names.",
+        description="Shards older than this many days (by their first row's time) are deleted by the serving "
+        "pods, which check at start and hourly. Picked up live.",
     )
 
 
@@ -205,8 +206,8 @@ class Learning(Model):
         json_schema_extra={"default": {}},
     )
     storage: Storage = Field(
-        description="Where captured samples go and how long they stay. A change of this block, or turning learning "
-        "on or off, rolls the serving pods."
+        description="Where captured samples go and how long they stay. A change of the location or the "
+        "credentials, or turning learning on or off, rolls the serving pods."
     )
     trigger: Trigger = Field(
         default_factory=Trigger,

@@ -265,6 +265,11 @@ def _clean(found: dict[str, Any]) -> dict[str, Any]:
 # vLLM serves (docs/concepts/learning.md#capture-in-the-pod).
 
 CAPTURE_CONFIG_ENV = "SPECULATOR_CAPTURE_CONFIG"  # the path of the CaptureSettings JSON file in the serving pod
+# what is fixed for a pod's life (its pair, its server's flags, where shards go), as CaptureSettings JSON in the pod
+# template; the file holds what may change live, and a key in both is the template's
+CAPTURE_POD_SETTINGS_ENV = "SPECULATOR_CAPTURE_POD"
+CAPTURE_CREDENTIALS_ENV = "SPECULATOR_CAPTURE_CREDENTIALS"  # a directory of AWS_* files (storage.credentials)
+CAPTURE_CREDENTIALS_MOUNT = "/var/run/secrets/speculator/capture"
 CAPTURE_MIDDLEWARE = "speculator_operator.pods.capture.middleware.Capture"  # what vLLM's --middleware names
 CAPTURE_PVC_MOUNT = "/var/lib/speculator/capture"  # where a pvc:// location's claim is mounted in the serving pod
 CAPTURE_POD_ENV = "POD_NAME"  # the pod's name (the downward API), part of every shard's key; else $HOSTNAME
@@ -275,7 +280,8 @@ CAPTURE_REQUESTS_METRIC = "speculator_capture_requests_total"  # {outcome}: one 
 CAPTURE_SKIPPED_METRIC = "speculator_capture_skipped_total"  # {reason}: sampled requests not captured, by reason
 CAPTURE_BYTES_METRIC = "speculator_capture_bytes_total"  # shard bytes written to storage
 CAPTURE_SPOOL_ROWS_METRIC = "speculator_capture_spool_rows"  # rows waiting in the pod's spool (a gauge)
-CAPTURE_ERRORS_METRIC = "speculator_capture_errors_total"  # {kind}: config, capture, storage
+CAPTURE_ERRORS_METRIC = "speculator_capture_errors_total"  # {kind}: config, capture, storage, retention
+CAPTURE_EXPIRED_METRIC = "speculator_capture_expired_total"  # shards deleted past storage.retentionDays
 CAPTURE_OUTCOMES = ("captured", "skipped", "dropped")
 
 
@@ -313,6 +319,7 @@ class CaptureSettings(BaseModel):
     keep_metrics: bool = False  # --per-request-spec-decode-metrics is the user's: metrics reach the client as is
     timing_metrics: bool = False  # --enable-per-request-metrics: only metrics.speculative_decoding is removed
     force_include_usage: bool = False  # --enable-force-include-usage: every stream carries usage already
+    retention_days: int | None = Field(default=None, ge=1)  # storage.retentionDays: older shards are deleted
     # when a shard is written (unset: the pod's defaults, pods/capture/spool.py SHARD_ROWS and SHARD_SECONDS)
     shard_rows: int | None = Field(default=None, ge=1)
     shard_seconds: float | None = Field(default=None, gt=0)

@@ -39,6 +39,7 @@ from speculator_operator.planning.deployment import (
     needs_pods,
     plan,
     refresh_serving,
+    waits_for_capture_storage,
     waits_for_group_api,
 )
 from speculator_operator.planning.handover import offer_due, offer_of, served, take_offer
@@ -58,7 +59,8 @@ from speculator_operator.planning.retrain import (
 from speculator_operator.planning.watched import pods_agree
 from speculator_operator.planning.writes import Apply, Writes, deletes
 from speculator_operator.render import group
-from speculator_operator.render.serving import group_name, workload_kind, workload_name
+from speculator_operator.render.capture import CAPTURE_CLAIM_MISSING, CAPTURE_CREDENTIALS_UNREADABLE
+from speculator_operator.render.serving import CaptureOff, group_name, workload_kind, workload_name
 from speculator_operator.runtime import kube, metrics
 from speculator_operator.runtime import settings as operator_settings
 from speculator_operator.runtime.controller import PassStatus
@@ -69,6 +71,7 @@ from speculator_operator.runtime.kube import (
     CredentialsError,
     current_child,
     list_pods,
+    read_child,
     secret_data,
 )
 from speculator_operator.runtime.workqueue import DONE, Result
@@ -121,6 +124,26 @@ def other_workload(namespace: str, name: str, spec: SpeculatorDeploymentSpec) ->
     return current_child(namespace, group_name(name), group.API_VERSION, group.KIND)
 
 
+def capture_storage(namespace: str, spec: SpeculatorDeploymentSpec) -> CaptureOff | None:
+    """Whether spec.learning's storage can be written to, as far as the operator can tell without writing: the
+    claim of a pvc:// location exists, the credentials Secret of an s3:// one can be read. None: capture."""
+    if spec.learning is None:
+        return None
+    storage = spec.learning.storage
+    where = Location.parse(storage.location)
+    if where.is_pvc:
+        if read_child("v1", "PersistentVolumeClaim", namespace, where.root) is None:
+            message = f"PersistentVolumeClaim {namespace}/{where.root} of learning.storage not found: capture is off"
+            return CaptureOff(CAPTURE_CLAIM_MISSING, message, claim=True)
+        return None
+    if storage.credentials is not None:
+        try:
+            secret_data(namespace, storage.credentials.name)
+        except CredentialsError as exc:
+            return CaptureOff(CAPTURE_CREDENTIALS_UNREADABLE, f"learning.storage.credentials: {exc}: capture is off")
+    return None
+
+
 def _observe_inputs(
     name: str,
     namespace: str,
@@ -134,6 +157,7 @@ def _observe_inputs(
     child, served = workload(namespace, name, spec)
     obs = Observed(generation=generation, status=status, child=child, lws_served=served)
     obs.other = other_workload(namespace, name, spec)
+    obs.capture_off = capture_storage(namespace, spec)
     if obs.child is not None and needs_pods(status, spec):
         obs.pods = deployment_pods(namespace, name)
     located = _draft_location(spec, namespace, status)
@@ -461,8 +485,8 @@ def run_pass(key: tuple[str, str], causes: frozenset[str]) -> Result:
     if one.retry or (one.reconciled is not None and one.status.status.phase == "Pending"):
         # an input could not be read, or the apply failed: again later (the status says which and why)
         return Result(after=RETRY_SECONDS, cause=Cause.RETRY)
-    if waits_for_group_api(one.status.status):
-        # the next reconcile asks discovery again
+    if waits_for_group_api(one.status.status) or waits_for_capture_storage(one.status.status):
+        # the next reconcile asks discovery, or reads the capture's claim or Secret, again
         return Result(after=operator_settings.current().resync_seconds, cause=Cause.RETRY)
     if parsed is not None and group_poll_due(parsed, one.status.status):
         return Result(after=operator_settings.current().group_poll_seconds, cause=Cause.CHILD)

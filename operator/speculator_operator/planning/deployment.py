@@ -38,6 +38,7 @@ from speculator_operator.api.deployment import (
     SpeculatorDeploymentStatus,
 )
 from speculator_operator.api.labels import REVISION_LABEL
+from speculator_operator.api.learning import LearningStatus
 from speculator_operator.domain.algorithms import Algorithm
 from speculator_operator.domain.checkpoint import AuditReport, Checkpoint, Manifest
 from speculator_operator.domain.economics import LoadModel
@@ -51,8 +52,15 @@ from speculator_operator.planning.measured import deployment_device, measured, w
 from speculator_operator.planning.pods import first_problem
 from speculator_operator.planning.tuning import applied
 from speculator_operator.planning.watched import whole_groups
-from speculator_operator.render import group
-from speculator_operator.render.serving import Inputs, RenderError, draft_of, num_speculative_tokens, render
+from speculator_operator.render import capture, group
+from speculator_operator.render.serving import (
+    CaptureOff,
+    Inputs,
+    RenderError,
+    draft_of,
+    num_speculative_tokens,
+    render,
+)
 
 MAX_FINDINGS = 20
 
@@ -72,6 +80,7 @@ class Observed:
     pair: PairSize | None = None  # what a draft forward and a verifier step read, when the verifier's config was read
     lws_served: bool | None = None  # whether the API server serves LeaderWorkerSets (asked only for a multi-node spec)
     other: dict[str, Any] | None = None  # the workload of the other kind (a layout change), until the new one is ready
+    capture_off: CaptureOff | None = None  # spec.learning's storage, where the capture cannot write to it
 
 
 @dataclass
@@ -307,6 +316,7 @@ def plan(
         obs.verifier_manifest,
         tuned,
         pull_secrets=pull_secrets,
+        capture_off=obs.capture_off,
     )
     try:
         rendered = render(inputs)
@@ -371,7 +381,23 @@ def plan(
     if release_moved(obs.status, release):
         events.append(release_event(release))
     status, gone, said = clean_up(status, name, spec, obs.other, rendered.revision, now)
-    return Plan(shaped.children, status, events + said, list(shaped.prune) + gone)
+    status, dropped = learning_marked(status, spec, name)
+    return Plan(shaped.children, status, events + said, list(shaped.prune) + gone + dropped)
+
+
+def learning_marked(
+    status: SpeculatorDeploymentStatus, spec: SpeculatorDeploymentSpec, name: str
+) -> tuple[SpeculatorDeploymentStatus, list[tuple[str, str, str]]]:
+    """status.learning is there while spec.learning is (empty until the capture's counts are read): the mark that
+    the capture's ConfigMap exists, so that turning learning off deletes it once, and no pass of a deployment that
+    never learned asks for a delete."""
+    if spec.learning is not None:
+        if status.learning is None:
+            return evolve(status, None, learning=LearningStatus()), []
+        return status, []
+    if status.learning is not None:
+        return evolve(status, None, learning=None), [("v1", "ConfigMap", capture.config_map_name(name))]
+    return status, []
 
 
 def clean_up(
@@ -405,6 +431,13 @@ def waits_for_group_api(status: SpeculatorDeploymentStatus) -> bool:
     restart."""
     ready = next((c for c in status.conditions if c.type == "Ready"), None)
     return ready is not None and ready.reason == ServingReason.LWS_UNAVAILABLE
+
+
+def waits_for_capture_storage(status: SpeculatorDeploymentStatus) -> bool:
+    """Whether the capture is off for want of its storage (a claim or a Secret, which no watch follows): the pass
+    reconciles again a resync later, and a Secret or claim made meanwhile turns it on without an edit."""
+    waiting = (capture.CAPTURE_CLAIM_MISSING, capture.CAPTURE_CREDENTIALS_UNREADABLE)
+    return any(note.reason in waiting for note in status.render_notes or [])
 
 
 def layout_change_done(before: SpeculatorDeploymentStatus, after: SpeculatorDeploymentStatus) -> bool:

@@ -65,16 +65,6 @@ class Planned:
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
 
-def per_pod_budget(max_per_hour: int, replicas: int, processes: int = 1) -> int:
-    """Captures per hour for each capture in `replicas` pods of `processes` vLLM API-server processes each (vLLM
-    builds one middleware per process, each counting on its own): floor(maxPerHour / (replicas × processes)), so
-    that they together never exceed the deployment's cap. 0 when the cap is below their count (they capture
-    nothing), and with none."""
-    if replicas <= 0 or processes <= 0:
-        return 0
-    return max_per_hour // (replicas * processes)
-
-
 def _at(text: str) -> datetime:
     return datetime.fromisoformat(text)
 

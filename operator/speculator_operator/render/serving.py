@@ -34,7 +34,7 @@ from speculator_operator.domain.economics import schedule_from_cutoff
 from speculator_operator.domain.location import Location, Scheme
 from speculator_operator.domain.parallelism import Layout
 from speculator_operator.domain.releases import VLLM_FEATURES, Release, Version, pinned, supports
-from speculator_operator.render import group
+from speculator_operator.render import capture, group
 
 PORT = 8000
 DRAFT_DIR = "/models/draft"
@@ -93,6 +93,15 @@ class Tuned:
 
 
 @dataclass(frozen=True)
+class CaptureOff:
+    """Why the capture cannot write (a condition's reason and message); `claim`: the pvc:// claim is missing."""
+
+    reason: str
+    message: str
+    claim: bool = False
+
+
+@dataclass(frozen=True)
 class Inputs:
     name: str
     namespace: str
@@ -105,6 +114,10 @@ class Inputs:
     verifier_content: str | None = None  # the identity of the verifier files vLLM reads
     verifier_manifest: Manifest | None = None  # an s3 verifier's audited files
     tuned: Tuned | None = None  # Auto's K and schedule, where the spec leaves K to the operator
+    # spec.learning's storage as the pass found it: None when it can be written to, else why the capture is off
+    # (a missing credentials Secret: the pods still mount it, optionally; a missing claim: they do not, or they
+    # could not start)
+    capture_off: CaptureOff | None = None
     keep_revision: str | None = None  # an earlier operator's name for this same pair (planning/adoption.py)
     pull_secrets: tuple[str, ...] = ()  # imagePullSecrets of every pod (the operator's settings)
 
@@ -280,6 +293,8 @@ def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any] | None, list[tu
         args += ["--speculative-config", json.dumps(config, separators=(",", ":"), sort_keys=True)]
     if spec.verifier.quantization:
         args += ["--quantization", spec.verifier.quantization]
+    if spec.learning is not None:
+        args += capture.server_args(spec, speculating=config is not None)
     return [*args, *spec.serving.extra_args], config, notes
 
 
@@ -294,6 +309,16 @@ def parallel_args(layout: Layout) -> list[str]:
 
 
 def _revision_payload(inputs: Inputs, args: list[str]) -> dict[str, Any]:
+    learning = inputs.spec.learning
+    if learning is not None:  # where the pods write, beyond their flags: a storage change rolls them
+        return {
+            **_payload(inputs, args),
+            "capture": capture.template_key(learning, inputs.capture_off is None or not inputs.capture_off.claim),
+        }
+    return _payload(inputs, args)
+
+
+def _payload(inputs: Inputs, args: list[str]) -> dict[str, Any]:
     return {
         "verifier": [inputs.spec.verifier.model, inputs.verifier_revision or inputs.spec.verifier.revision],
         "draft": [
@@ -409,17 +434,18 @@ def render(inputs: Inputs) -> Rendered:
         serve += ["--verifier-revision", inputs.verifier_revision]
     if inputs.verifier_content:
         serve += ["--verifier-content", inputs.verifier_content]
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HOME", "value": "/models/hf-home"},
+        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        *(spec.serving.env or []),
+    ]
     container = {
         "name": "vllm",
         "image": server_image(inputs),
         "command": [*serve, "--"],
         "args": args,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "env": [
-            {"name": "HF_HOME", "value": "/models/hf-home"},
-            {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
-            *(spec.serving.env or []),
-        ],
+        "env": env,
         "envFrom": _env_from(inputs),
         "resources": resources,
         "volumeMounts": mounts,
@@ -432,6 +458,16 @@ def render(inputs: Inputs) -> Rendered:
         "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 6},
         "securityContext": CONTAINER_SECURITY,
     }
+    extra: list[dict[str, Any]] = []
+    if spec.learning is not None:
+        if inputs.capture_off is not None:
+            notes = [*notes, (inputs.capture_off.reason, inputs.capture_off.message)]
+        parts = _capture(inputs, revision, config)
+        env += parts.env
+        mounts += parts.mounts
+        volumes += parts.volumes
+        meta = _meta(inputs, capture.config_map_name(name))
+        extra.append(capture.config_map(inputs.namespace, name, spec, inputs.capture_off is None, meta))
     tolerations = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}, *(spec.serving.tolerations or [])]
     pod_labels = {**labels(name), REVISION_LABEL: revision}
     # what this revision's pods stage: retention never deletes a location a ReplicaSet still names
@@ -473,7 +509,20 @@ def render(inputs: Inputs) -> Rendered:
         "metadata": _meta(inputs, name),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels(name)}},
     }
-    return Rendered([workload, service, pdb], args, config, revision, notes)
+    return Rendered([workload, service, pdb, *extra], args, config, revision, notes)
+
+
+def _capture(inputs: Inputs, revision: str, config: dict[str, Any] | None) -> capture.PodParts:
+    spec = inputs.spec
+    pair = capture.Pair(
+        revision=revision,
+        verifier_revision=inputs.verifier_revision or spec.verifier.revision or "unresolved",
+        draft_revision=inputs.draft.revision or "unresolved",
+        k=num_speculative_tokens(spec, inputs.draft, inputs.tuned) if config is not None else 0,
+        served_model=spec.serving.served_model_name or inputs.name,
+    )
+    off = inputs.capture_off
+    return capture.pod_parts(inputs.namespace, inputs.name, spec, pair, claim=off is None or not off.claim)
 
 
 def pull_secret_refs(names: tuple[str, ...]) -> list[dict[str, str]]:

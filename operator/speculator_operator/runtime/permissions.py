@@ -30,6 +30,8 @@ NEEDED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("apps", "replicasets", ("list",)),
     ("", "services", (*READ, *WRITE, "delete")),
     ("policy", "poddisruptionbudgets", (*READ, *WRITE, "delete")),
+    # spec.learning's capture settings, one ConfigMap per deployment: read by name and applied (no watch)
+    ("", "configmaps", ("get", *WRITE, "delete")),
     # multi-node servers' groups: read in each pass (a deployment's by name, a train job's servers by label; no
     # watch: the API may be missing), applied, deleted after a layout change or when a train job's stage is done
     ("leaderworkerset.x-k8s.io", "leaderworkersets", ("get", "list", "create", "patch", "delete")),

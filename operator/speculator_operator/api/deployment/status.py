@@ -334,5 +334,5 @@ class SpeculatorDeploymentStatus(Model):
     learning: LearningStatus | None = Field(
         default=None,
         description="What learning captured, its live baseline, the last trigger and the running or last learning "
-        "run (docs/concepts/learning.md). Not written yet.",
+        "run (docs/concepts/learning.md). Set, empty for now, while spec.learning is; removed with it.",
     )

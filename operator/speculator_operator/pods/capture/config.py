@@ -1,15 +1,17 @@
-"""The capture's settings, read live from the file $SPECULATOR_CAPTURE_CONFIG names (a ConfigMap the operator mounts):
-a change reaches the running server without a restart. The file is looked at (one stat) at most every
-CHECK_SECONDS, and read again only when its stat changed; the kubelet swaps a ConfigMap's files by renaming a
-symlink, which a stat of the path sees.
+"""The capture's settings, read live from the file $SPECULATOR_CAPTURE_CONFIG names (a ConfigMap the operator mounts): a
+change reaches the running server without a restart. What is fixed for the pod's life (its pair, its flags, where
+shards go) comes with the pod template in $SPECULATOR_CAPTURE_POD and wins over the file (render/capture.py). The
+file is looked at (one stat) at most every CHECK_SECONDS, and read again only when its stat changed; the kubelet
+swaps a ConfigMap's files by renaming a symlink, which a stat of the path sees.
 
 Fail closed for data, open for serving: a file that is missing, unreadable, not the settings, or a redaction that
 does not compile turns the capture off (the server keeps serving, and the flag's metrics are still removed from
-responses), counts one error and logs one line that names the reason — never a value from the file, since a
-redaction pattern may itself spell what it hides."""
+responses), counts one error and logs one line that names the reason — never a value from the file, since a redaction
+pattern may itself spell what it hides."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from speculator_operator.api.podcontract import CAPTURE_CONFIG_ENV, CaptureSettings
+from speculator_operator.api.podcontract import CAPTURE_CONFIG_ENV, CAPTURE_POD_SETTINGS_ENV, CaptureSettings
 from speculator_operator.pods.capture import metrics
 
 log = logging.getLogger(__name__)
@@ -41,10 +43,12 @@ class LiveSettings:
         self,
         path: str | None = None,
         *,
+        pod: str | None = None,
         check_seconds: float = CHECK_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = path if path is not None else os.environ.get(CAPTURE_CONFIG_ENV) or None
+        self.pod = pod if pod is not None else os.environ.get(CAPTURE_POD_SETTINGS_ENV) or ""
         self.check_seconds = check_seconds
         self.clock = clock
         self._checked: float | None = None
@@ -92,7 +96,15 @@ class LiveSettings:
 
     def _load(self, content: bytes) -> None:
         try:
-            settings = CaptureSettings.model_validate_json(content)
+            live, fixed = json.loads(content), json.loads(self.pod or "{}")
+        except ValueError as exc:  # the position only: the text may be a redaction pattern
+            self._off(f"{self.path} or ${CAPTURE_POD_SETTINGS_ENV}: not JSON (at position {getattr(exc, 'pos', '?')})")
+            return
+        if not isinstance(live, dict) or not isinstance(fixed, dict):
+            self._off(f"{self.path} or ${CAPTURE_POD_SETTINGS_ENV}: not a JSON object")
+            return
+        try:
+            settings = CaptureSettings.model_validate({**live, **fixed})
         except ValidationError as exc:
             # the locations and kinds of the errors only: the input values are the file's
             where = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(file)'}: {e['type']}" for e in exc.errors())

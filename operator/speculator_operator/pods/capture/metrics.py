@@ -12,6 +12,7 @@ from prometheus_client import Counter, Gauge
 from speculator_operator.api.podcontract import (
     CAPTURE_BYTES_METRIC,
     CAPTURE_ERRORS_METRIC,
+    CAPTURE_EXPIRED_METRIC,
     CAPTURE_REQUESTS_METRIC,
     CAPTURE_SKIPPED_METRIC,
     CAPTURE_SPOOL_ROWS_METRIC,
@@ -29,9 +30,11 @@ SPOOL_ROWS = Gauge(CAPTURE_SPOOL_ROWS_METRIC, "Captured rows waiting in the spoo
 ERRORS = Counter(
     CAPTURE_ERRORS_METRIC,
     "Capture errors, by kind: config (settings unreadable: capture off), capture (a response the capture could not "
-    "read, forwarded as the server sent it), storage (a shard not written).",
+    "read, forwarded as the server sent it), storage (a shard not written), retention (expired shards not listed "
+    "or not deleted).",
     ["kind"],
 )
+EXPIRED = Counter(CAPTURE_EXPIRED_METRIC, "Shards deleted because they were older than storage.retentionDays.")
 
 
 def skipped(reason: str) -> None:

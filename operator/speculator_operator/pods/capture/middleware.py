@@ -32,6 +32,7 @@ from typing import Any
 from speculator_operator.pods.capture import metrics, policy, wire
 from speculator_operator.pods.capture.config import Active, LiveSettings
 from speculator_operator.pods.capture.policy import Asked, Completion, Kind, Skip
+from speculator_operator.pods.capture.retention import Retention
 from speculator_operator.pods.capture.spool import ShardKey, Spool
 
 Scope = MutableMapping[str, Any]
@@ -387,6 +388,9 @@ class Capture:
     ) -> None:
         self.app = app
         self.settings = settings or LiveSettings()
+        self.retention = Retention(lambda: self.settings.last_good)
+        if settings is None:  # built by vLLM, which passes the app alone: this process sweeps expired shards
+            self.retention.start()
         self._spool = spool
         self.draw = draw or random.Random().random  # noqa: S311 - a sample of traffic, not a secret
         self.clock = clock

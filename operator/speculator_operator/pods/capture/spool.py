@@ -16,13 +16,13 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from speculator_operator.api.podcontract import CAPTURE_POD_ENV
+from speculator_operator.api.podcontract import CAPTURE_CREDENTIALS_ENV, CAPTURE_POD_ENV, CAPTURE_PVC_MOUNT
 from speculator_operator.domain.location import Location
 from speculator_operator.pods.capture import metrics
 
@@ -51,25 +51,65 @@ class Writer(Protocol):
     def write(self, key: str, body: bytes) -> None:
         """Store `body` at `key` (a path relative to the location's root), whole, or raise."""
 
+    def keys(self, prefix: str) -> Iterator[str]:
+        """The keys under `prefix/` (relative to the location's root), for retention."""
+
+    def delete(self, key: str) -> None:
+        """Delete `key`; one already gone is no error."""
+
+
+def mounted_credentials(directory: str | None) -> dict[str, str]:
+    """The AWS_* keys of a mounted Secret (storage.credentials), one file each, read as they are now: the kubelet
+    swaps a rotated Secret's files in place. Empty with no directory, or a Secret not there (optional in the pod)."""
+    from speculator_operator.adapters.sources import S3_KEYS  # boto3 only once a shard is written
+
+    found: dict[str, str] = {}
+    if not directory:
+        return found
+    root = Path(directory)
+    for name in S3_KEYS:
+        try:
+            value = (root / name).read_text().strip()
+        except OSError:
+            continue
+        if value:
+            found[name] = value
+    return found
+
 
 class S3Writer:
     def __init__(self, bucket: str, client: Any = None) -> None:
         self.bucket = bucket
         self.client = client
 
-    def write(self, key: str, body: bytes) -> None:
-        if self.client is None:
-            from speculator_operator.adapters.sources import s3_client
+    def _client(self) -> Any:
+        if self.client is not None:
+            return self.client
+        from speculator_operator.adapters.sources import s3_client
 
-            self.client = s3_client()
-        self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/x-ndjson")
+        # made per set of keys and kept (s3_client): a rotation makes a new one, an unchanged Secret reuses it
+        return s3_client(mounted_credentials(os.environ.get(CAPTURE_CREDENTIALS_ENV)) or None)
+
+    def write(self, key: str, body: bytes) -> None:
+        self._client().put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/x-ndjson")
+
+    def keys(self, prefix: str) -> Iterator[str]:
+        pages = self._client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=f"{prefix}/")
+        for page in pages:
+            for item in page.get("Contents") or []:
+                yield item["Key"]
+
+    def delete(self, key: str) -> None:
+        self._client().delete_object(Bucket=self.bucket, Key=key)  # S3 answers 204 for a key already gone
 
 
 class PvcWriter:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, mounted: bool = False) -> None:
         self.root = root
+        self.mounted = mounted  # the root must be a mount point
 
     def write(self, key: str, body: bytes) -> None:
+        self._check()
         path = self.root / key
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.parent / f".{path.name}.tmp"  # neither a .jsonl nor visible: prepare-data never reads it
@@ -79,6 +119,22 @@ class PvcWriter:
             os.fsync(f.fileno())
         os.replace(temporary, path)
 
+    def keys(self, prefix: str) -> Iterator[str]:
+        self._check()
+        base = self.root / prefix
+        for folder, _, files in os.walk(base):
+            for name in files:
+                yield str((Path(folder) / name).relative_to(self.root))
+
+    def delete(self, key: str) -> None:
+        self._check()
+        (self.root / key).unlink(missing_ok=True)
+
+    def _check(self) -> None:
+        if self.mounted and not os.path.ismount(self.root):
+            # the claim is not mounted (not found when the pod was made): the pod's own disk is no place for user data
+            raise OSError(f"{self.root} is not a mounted volume")
+
 
 def writer_for(key: ShardKey) -> tuple[Writer, str]:
     """The writer of a shard key's location, and the key prefix under its root."""
@@ -86,7 +142,8 @@ def writer_for(key: ShardKey) -> tuple[Writer, str]:
     if where.is_s3:
         return S3Writer(where.root), where.path.strip("/")
     if where.is_pvc:
-        return PvcWriter(Path(key.pvc_mount)), where.path.strip("/")
+        # the pod's claim mount must be one; another root (a test's, a host path) is taken as it is
+        return PvcWriter(Path(key.pvc_mount), mounted=key.pvc_mount == CAPTURE_PVC_MOUNT), where.path.strip("/")
     raise ValueError(f"not a capture location: {where.scheme}")
 
 
@@ -97,9 +154,14 @@ def _segment(value: str) -> str:
 def shard_name(key: ShardKey, prefix: str, opened: datetime, pod: str, seq: str) -> str:
     """`{prefix}/{namespace}/{deployment}/{verifierRevision}/{draftRevision}/{YYYYMMDDTHHMMSSZ}-{pod}-{seq}.jsonl`, the
     time being the shard's first row's."""
-    parts = [prefix] if prefix else []
-    parts += [_segment(p) for p in (key.namespace, key.deployment, key.verifier_revision, key.draft_revision)]
+    parts = [shard_folder(key, prefix), *(_segment(p) for p in (key.verifier_revision, key.draft_revision))]
     return "/".join([*parts, f"{opened.astimezone(UTC):%Y%m%dT%H%M%SZ}-{_segment(pod)}-{seq}.jsonl"])
+
+
+def shard_folder(key: ShardKey, prefix: str) -> str:
+    """`{prefix}/{namespace}/{deployment}`: every shard of one deployment, whatever its pair."""
+    parts = [prefix] if prefix else []
+    return "/".join([*parts, *(_segment(p) for p in (key.namespace, key.deployment))])
 
 
 def pod_name() -> str:
