@@ -221,6 +221,11 @@ BAD.update({
                                          "training.capturedShare must be at least 0.01"),
     "learning holds out too much": (learns(training={"heldOut": 0.6}), "spec.learning.training.heldOut",
                                     "should be less than or equal to 0.5"),
+    "learning out of its claim": (learns(storage={"location": "pvc://captures/live/../../etc"}),
+                                  "spec.learning.storage.location", "should match"),
+    "learning with a capture variable": ({**LEARNS, "serving": {"env": [{"name": "SPECULATOR_CAPTURE_CONFIG",
+                                                                         "value": "/tmp/mine.json"}]}},
+                                         "spec.serving.env", "may not set SPECULATOR_CAPTURE_* variables"),
 })  # fmt: skip
 
 

@@ -54,7 +54,7 @@ def test_the_deployments_old_shards_go_and_nothing_else(tmp_path: Path) -> None:
     other = shard(tmp_path, NOW - timedelta(days=90), deployment="llama")  # another deployment's: its own pods'
     stray = tmp_path / "live/team/qwen/README"
     stray.write_text("not a shard")
-    assert sweep(PvcWriter(tmp_path), "live/team/qwen", NOW, 30) == 2
+    assert sweep(PvcWriter(tmp_path), "live/team/qwen", NOW, 30) == (2, None)
     assert not any((tmp_path / k).exists() for k in old)
     assert all((tmp_path / k).exists() for k in [*kept, other])
     assert stray.exists()
@@ -73,7 +73,8 @@ class Bucket:
         class Pages:
             def paginate(self, Bucket: str, Prefix: str) -> Any:
                 found = [k for k in bucket.keys if k.startswith(Prefix)]
-                return [{"Contents": [{"Key": k} for k in found[i : i + bucket.page]]} for i in range(0, len(found), 2)]
+                step = bucket.page
+                return [{"Contents": [{"Key": k} for k in found[i : i + step]]} for i in range(0, len(found), step)]
 
         return Pages()
 
@@ -85,8 +86,31 @@ def test_a_bucket_is_swept_across_pages() -> None:
     keys = [shard_name(key(), "live", NOW - timedelta(days=d), "pod-a", f"1-{d:06d}") for d in (1, 31, 32, 60, 2)]
     keys.append(shard_name(key("qwen-2"), "live", NOW - timedelta(days=90), "pod-b", "1-000001"))  # a prefix's twin
     bucket = Bucket(keys)
-    assert sweep(S3Writer("captures", bucket), "live/team/qwen", NOW, 30) == 3
+    assert sweep(S3Writer("captures", bucket), "live/team/qwen", NOW, 30) == (3, None)
     assert sorted(bucket.deleted) == sorted(keys[1:4])
+
+
+def test_one_shard_that_cannot_go_does_not_keep_the_others(tmp_path: Path) -> None:
+    keys = [shard_name(key(), "live", NOW - timedelta(days=d), "pod-a", f"1-{d:06d}") for d in (31, 32, 33)]
+
+    class Locked(Bucket):
+        def delete_object(self, Bucket: str, Key: str) -> None:
+            if Key == keys[0]:  # the first listed: it would fail first every hour
+                raise PermissionError("AccessDenied: object lock")
+            super().delete_object(Bucket, Key)
+
+    bucket = Locked(keys)
+    gone, error = sweep(S3Writer("captures", bucket), "live/team/qwen", NOW, 30)
+    assert (gone, sorted(bucket.deleted)) == (2, sorted(keys[1:]))
+    assert isinstance(error, PermissionError)
+
+
+def test_a_temporary_left_by_a_stopped_pod_expires_too(tmp_path: Path) -> None:
+    name = shard(tmp_path, NOW - timedelta(days=31))
+    temporary = (tmp_path / name).parent / f".{(tmp_path / name).name}.tmp"
+    (tmp_path / name).rename(temporary)
+    assert sweep(PvcWriter(tmp_path), "live/team/qwen", NOW, 30) == (1, None)
+    assert not temporary.exists()
 
 
 def settings_file(tmp_path: Path, **over: Any) -> LiveSettings:

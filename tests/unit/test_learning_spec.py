@@ -117,7 +117,7 @@ def test_every_learning_rule_is_on_the_spec_names_its_field_and_passes_a_spec_wi
     rules = schema()["x-kubernetes-validations"]
     for rule in LEARNING_RULES:
         assert rule in rules
-        assert rule["fieldPath"].startswith(".learning")
+        assert rule["fieldPath"].startswith((".learning", ".serving"))  # the field the user must change
         assert rule["message"]
         assert ":" in rule["message"]
         # a spec without learning is never refused: every rule is `!has(self.learning) || ...`

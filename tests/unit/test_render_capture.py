@@ -18,7 +18,7 @@ from speculator_operator.api.deployment import SpeculatorDeploymentStatus as Sta
 from speculator_operator.domain.releases import get_release
 from speculator_operator.planning.deployment import Observed, plan
 from speculator_operator.pods.capture.config import LiveSettings
-from speculator_operator.pods.capture.spool import PvcWriter, mounted_credentials
+from speculator_operator.pods.capture.spool import PvcWriter, S3Writer, mounted_credentials
 from speculator_operator.render import capture
 from speculator_operator.render.serving import CaptureOff, Draft, Inputs, Rendered, Tuned, render
 
@@ -97,6 +97,20 @@ def test_with_k_tuned_to_0_there_is_no_per_request_flag() -> None:
     assert json.loads(env(r)[podcontract.CAPTURE_POD_SETTINGS_ENV])["k"] == 0
 
 
+def test_a_users_per_request_none_gives_way_to_the_captures_summary() -> None:
+    r = render(inputs(spec(extraArgs=["--per-request-spec-decode-metrics", "none"])))
+    flags = [a for a in r.vllm_args if a.startswith(capture.PER_REQUEST_FLAG)]
+    assert flags == [capture.PER_REQUEST_FLAG, capture.PER_REQUEST_FLAG]
+    assert r.vllm_args[-1] == "summary"  # the last one given wins in vLLM's parser
+    assert json.loads(env(r)[podcontract.CAPTURE_POD_SETTINGS_ENV])["keepMetrics"] is False  # stripped from clients
+
+
+def test_the_users_served_model_name_is_what_the_capture_expects() -> None:
+    # vLLM answers with it: a response naming another model is a LoRA adapter's, and is not captured
+    r = render(inputs(spec(extraArgs=["--served-model-name", "chat", "chat-v2"])))
+    assert json.loads(env(r)[podcontract.CAPTURE_POD_SETTINGS_ENV])["servedModel"] == "chat"
+
+
 def test_the_users_own_per_request_flag_is_kept_and_its_metrics_reach_their_clients() -> None:
     r = render(inputs(spec(extraArgs=["--per-request-spec-decode-metrics=detailed", "--enable-force-include-usage"])))
     assert [a for a in r.vllm_args if a.startswith(capture.PER_REQUEST_FLAG)] == [
@@ -164,7 +178,7 @@ def test_s3_credentials_are_mounted_files_and_optional() -> None:
     assert volumes["capture-credentials"]["secret"] == {"secretName": "capture-writer", "optional": True}
     assert volumes["capture-settings"]["configMap"] == {"name": "qwen-capture", "optional": True}
     assert env(r)[podcontract.CAPTURE_CREDENTIALS_ENV] == podcontract.CAPTURE_CREDENTIALS_MOUNT
-    # the serving container's envFrom (the model's credentials) is not where the writer's keys come from
+    # not in the container's environment, where the model's own AWS_* are (the writer reads the files alone)
     assert {"secretRef": {"name": "capture-writer"}} not in pod(r)["containers"][0]["envFrom"]
 
 
@@ -186,6 +200,12 @@ def test_a_pvc_location_mounts_its_claim_and_a_missing_claim_none() -> None:
     missing = render(inputs(pvc, capture_off=CaptureOff(capture.CAPTURE_CLAIM_MISSING, "not found", claim=True)))
     assert "capture-storage" not in {v["name"] for v in pod(missing)["volumes"]}  # a pod that mounts it cannot start
     assert live(missing)["enabled"] is False
+
+
+def test_a_claims_ownership_is_not_changed_file_by_file_at_every_mount() -> None:
+    pvc = render(inputs(spec({**LEARNING, "storage": {"location": "pvc://captures/qwen"}})))
+    assert pod(pvc)["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+    assert "fsGroupChangePolicy" not in pod(render(inputs(spec())))["securityContext"]
 
 
 def test_the_config_map_is_the_deployments_child() -> None:
@@ -211,10 +231,32 @@ def test_an_unmounted_claim_path_takes_no_shard(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_revision_of_a_spec_without_learning_is_unchanged_by_the_capture_code() -> None:
-    # the render snapshots pin the bytes; this pins that CaptureOff alone changes nothing without learning
-    plain = inputs(spec(None))
-    assert render(replace(plain, capture_off=CaptureOff("X", "y"))).revision == render(plain).revision
+def test_a_key_outside_the_claim_is_refused(tmp_path: Path) -> None:
+    claim = tmp_path / "claim"
+    claim.mkdir()
+    with pytest.raises(OSError, match="is not under"):
+        PvcWriter(claim).write("../escaped.jsonl", b"row\n")
+    assert not (tmp_path / "escaped.jsonl").exists()
+
+
+def test_the_writer_uses_the_secrets_keys_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the serving container's own AWS_* are its model's: neither its keys nor its endpoint fill in for the Secret
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "model-reader")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "model-secret")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://models.internal:9000")
+    with pytest.raises(OSError, match="no AWS_ACCESS_KEY_ID"):
+        S3Writer("captures", credentials=str(tmp_path)).write("x.jsonl", b"row\n")
+    (tmp_path / "AWS_ACCESS_KEY_ID").write_text("writer")
+    (tmp_path / "AWS_SECRET_ACCESS_KEY").write_text("s3cret")
+    (tmp_path / "AWS_REGION").write_text("eu-west-1")
+    client = S3Writer("captures", credentials=str(tmp_path))._client()
+    assert "models.internal" not in client.meta.endpoint_url
+    assert client._request_signer._credentials.access_key == "writer"
+    (tmp_path / "AWS_ENDPOINT_URL").write_text("http://captures.internal:9000")
+    writer = S3Writer("captures", credentials=str(tmp_path))
+    assert writer._client().meta.endpoint_url == "http://captures.internal:9000"
+    (tmp_path / "AWS_ACCESS_KEY_ID").write_text("rotated")  # the kubelet swaps the files: a new client
+    assert writer._client()._request_signer._credentials.access_key == "rotated"
 
 
 # ---- the pass: the ConfigMap comes and goes with spec.learning ------------------------------------------------
@@ -228,15 +270,28 @@ def audited(tmp_path: Path) -> Any:
 
 def test_turning_learning_off_deletes_its_config_map_once(audited: Any) -> None:
     on = plan("qwen", "team", "uid", spec(), get_release(), Observed(1, Status(), "v1", audited), now=NOW)
-    assert "ConfigMap" in [c["kind"] for c in on.children or []]
+    assert "ConfigMap" not in [c["kind"] for c in on.children or []]  # applied on every path, not with the pair's
+    assert [c["metadata"]["name"] for c in on.always] == ["qwen-capture"]
     assert on.status.learning is not None  # the mark that the ConfigMap is there
     assert ("v1", "ConfigMap", "qwen-capture") not in on.prune
     off = plan("qwen", "team", "uid", spec(None), get_release(), Observed(2, on.status, "v1", audited), now=NOW)
     assert "ConfigMap" not in [c["kind"] for c in off.children or []]
+    assert off.always == []
     assert ("v1", "ConfigMap", "qwen-capture") in off.prune
     assert off.status.learning is None
     again = plan("qwen", "team", "uid", spec(None), get_release(), Observed(2, off.status, "v1", audited), now=NOW)
     assert ("v1", "ConfigMap", "qwen-capture") not in again.prune  # a deployment that never learned asks for no delete
+
+
+def test_a_pass_that_renders_no_pair_still_applies_the_capture_or_removes_it(audited: Any) -> None:
+    # an input unread (the last good pair serves on): a redaction added now must still reach the pods
+    stuck = Observed(1, Status(), "v1", audited, problem=("VerifierUnreadable", "no"))
+    p = plan("qwen", "team", "uid", spec(), get_release(), stuck, now=NOW)
+    assert p.children is None
+    assert [c["metadata"]["name"] for c in p.always] == ["qwen-capture"]
+    off = plan("qwen", "team", "uid", spec(None), get_release(), replace(stuck, status=p.status), now=NOW)
+    assert ("v1", "ConfigMap", "qwen-capture") in off.prune
+    assert off.always == []
 
 
 def test_a_missing_claim_is_said_in_the_serving_condition(audited: Any) -> None:

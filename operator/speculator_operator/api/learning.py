@@ -101,7 +101,9 @@ class Storage(Model):
 
     location: str = Field(
         max_length=512,
-        pattern=r"^(s3://[a-z0-9][a-z0-9.-]*/.+|pvc://[a-z0-9][a-z0-9.-]*/.+)$",
+        # no "." or ".." segment: a pvc:// path stays under the claim's mount
+        pattern=r"^(s3://[a-z0-9][a-z0-9.-]*/.+|"
+        r"pvc://[a-z0-9][a-z0-9.-]*(/([^/.][^/]*|\.[^/.][^/]*|\.\.[^/]+))+/?)$",
         description="s3://bucket/prefix or pvc://claim/path: shards are written under it, keyed by deployment, "
         "verifier revision, draft revision and time. hf:// is refused: captured traffic is user data and goes "
         "only to storage you control, and a hub repository is a publication.",

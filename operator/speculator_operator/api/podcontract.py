@@ -272,7 +272,9 @@ CAPTURE_CREDENTIALS_ENV = "SPECULATOR_CAPTURE_CREDENTIALS"  # a directory of AWS
 CAPTURE_CREDENTIALS_MOUNT = "/var/run/secrets/speculator/capture"
 CAPTURE_MIDDLEWARE = "speculator_operator.pods.capture.middleware.Capture"  # what vLLM's --middleware names
 CAPTURE_PVC_MOUNT = "/var/lib/speculator/capture"  # where a pvc:// location's claim is mounted in the serving pod
-CAPTURE_POD_ENV = "POD_NAME"  # the pod's name (the downward API), part of every shard's key; else $HOSTNAME
+# the pod's name (the downward API), part of every shard's key; else $HOSTNAME. Prefixed: a user's own POD_NAME in
+# serving.env would otherwise be a duplicate key, which server-side apply refuses
+CAPTURE_POD_ENV = "SPECULATOR_CAPTURE_POD_NAME"
 CAPTURE_SHARD_VERSION = 1  # the `schemaVersion` of every shard row
 
 # the counters, as /metrics exposes them (prometheus_client's default registry in vLLM's API server process)

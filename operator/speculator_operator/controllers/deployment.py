@@ -287,8 +287,9 @@ class _Pass:
         p.status = adopt_retrain(current, p.status)
         self.status.set(p.status, cause)
         self.reconciled = p
-        if p.children:
-            apply = Apply(p.children, force=restoring is not None, known=known)
+        children = [*(p.children or []), *p.always]
+        if children:
+            apply = Apply(children, force=restoring is not None, known=known)
             outcome = self.executor.execute(Writes(apply=apply))
             if isinstance(outcome.apply, Terminating):
                 return p
@@ -310,8 +311,9 @@ class _Pass:
             if said:
                 log.info("%s/%s: %s; restored", self.namespace, self.name, said)
                 self.executor.say(("Normal", "ChildRestored", f"{said}; restored"))
-            # what the apply left behind goes after the applied children are recorded, so that their watch's
-            # echo finds them known
+        # what the apply left behind goes after the applied children are recorded, so that their watch's echo finds
+        # them known (a plan without children may still delete: spec.learning removed while the pair waits)
+        if p.prune:
             self.executor.execute(Writes(deletes=deletes(p.prune)))
         self.executor.say(*p.events)
         return p

@@ -57,12 +57,14 @@ from speculator_operator.render.serving import (
     CaptureOff,
     Inputs,
     RenderError,
+    capture_config_map,
     draft_of,
     num_speculative_tokens,
     render,
 )
 
 MAX_FINDINGS = 20
+CAPTURE_REASONS = (capture.CAPTURE_CLAIM_MISSING, capture.CAPTURE_CREDENTIALS_UNREADABLE)
 
 
 @dataclass
@@ -89,6 +91,9 @@ class Plan:
     status: SpeculatorDeploymentStatus
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     prune: list[tuple[str, str, str]] = field(default_factory=list)  # (apiVersion, kind, name) to delete after applying
+    # applied even where `children` is None (an input unread, a failed audit: the last good pair serves on): what
+    # the user asked of the capture reaches the serving pods whatever becomes of the pair
+    always: list[dict[str, Any]] = field(default_factory=list)
 
 
 def release_moved(status: SpeculatorDeploymentStatus, release: Release) -> bool:
@@ -250,6 +255,27 @@ def plan(
 ) -> Plan:
     """`pull_secrets`: the imagePullSecrets every rendered pod names (the operator's settings); `now`: the pass's
     time (a condition's transition, a canary's start)."""
+    p = _plan(name, namespace, uid, spec, release, obs, pull_secrets, now=now)
+    p.status = capture_noted(p.status, obs.capture_off if spec.learning is not None else None)
+    p.status, dropped = learning_marked(p.status, spec, name)
+    p.prune += dropped
+    if spec.learning is not None:
+        p.children = [c for c in p.children or [] if c["kind"] != "ConfigMap"] if p.children is not None else None
+        p.always = [capture_config_map(name, namespace, uid, spec, obs.capture_off)]
+    return p
+
+
+def _plan(
+    name: str,
+    namespace: str,
+    uid: str | None,
+    spec: SpeculatorDeploymentSpec,
+    release: Release,
+    obs: Observed,
+    pull_secrets: tuple[str, ...] = (),
+    *,
+    now: datetime,
+) -> Plan:
     gen = obs.generation
     if obs.problem is not None:
         reason, message = obs.problem
@@ -381,8 +407,18 @@ def plan(
     if release_moved(obs.status, release):
         events.append(release_event(release))
     status, gone, said = clean_up(status, name, spec, obs.other, rendered.revision, now)
-    status, dropped = learning_marked(status, spec, name)
-    return Plan(shaped.children, status, events + said, list(shaped.prune) + gone + dropped)
+    return Plan(shaped.children, status, events + said, list(shaped.prune) + gone)
+
+
+def capture_noted(status: SpeculatorDeploymentStatus, off: CaptureOff | None) -> SpeculatorDeploymentStatus:
+    """status.renderNotes says why the capture is off, whatever path the pass took (a held canary keeps the
+    incumbent's notes, a failed pass renders none): the capture's ConfigMap is applied on every path."""
+    notes = [n for n in status.render_notes or [] if n.reason not in CAPTURE_REASONS]
+    if off is not None:
+        notes.append(RenderNote(reason=off.reason, message=off.message))
+    if notes == list(status.render_notes or []):
+        return status
+    return evolve(status, None, render_notes=notes or None)
 
 
 def learning_marked(
@@ -436,8 +472,7 @@ def waits_for_group_api(status: SpeculatorDeploymentStatus) -> bool:
 def waits_for_capture_storage(status: SpeculatorDeploymentStatus) -> bool:
     """Whether the capture is off for want of its storage (a claim or a Secret, which no watch follows): the pass
     reconciles again a resync later, and a Secret or claim made meanwhile turns it on without an edit."""
-    waiting = (capture.CAPTURE_CLAIM_MISSING, capture.CAPTURE_CREDENTIALS_UNREADABLE)
-    return any(note.reason in waiting for note in status.render_notes or [])
+    return any(note.reason in CAPTURE_REASONS for note in status.render_notes or [])
 
 
 def layout_change_done(before: SpeculatorDeploymentStatus, after: SpeculatorDeploymentStatus) -> bool:

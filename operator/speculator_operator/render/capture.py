@@ -81,7 +81,7 @@ def server_flags(spec: SpeculatorDeploymentSpec) -> ServerFlags:
     # unset, vLLM may run one API server per data-parallel rank: dividing by that never exceeds the cap
     processes = int(count) if count and count.isdigit() and int(count) > 0 else max(1, spec.serving.layout.data)
     return ServerFlags(
-        keep_metrics=per_request not in (None, "none"),
+        keep_metrics=per_request not in (None, "", "none"),
         timing_metrics=_flag(extra, "--enable-per-request-metrics") is not None,
         force_include_usage=_flag(extra, "--enable-force-include-usage") is not None,
         processes=processes,
@@ -144,7 +144,8 @@ def pod_settings(namespace: str, name: str, spec: SpeculatorDeploymentSpec, pair
         "location": learning.storage.location,
         "namespace": namespace,
         "deployment": name,
-        "servedModel": pair.served_model,
+        # vLLM answers with the first of the names; the user's own in extraArgs wins over the operator's
+        "servedModel": _flag(list(spec.serving.extra_args), "--served-model-name") or pair.served_model,
         "servedRevision": pair.revision,
         "verifierRevision": pair.verifier_revision,
         "draftRevision": pair.draft_revision,

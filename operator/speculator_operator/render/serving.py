@@ -242,10 +242,25 @@ def labels(name: str) -> dict[str, str]:
 
 
 def _owner(inputs: Inputs) -> list[dict[str, Any]]:
-    if not inputs.owner_uid:
+    return _owned_by(inputs.name, inputs.owner_uid)
+
+
+def _owned_by(owner: str, uid: str | None) -> list[dict[str, Any]]:
+    if not uid:
         return []
-    return [{"apiVersion": API_VERSION, "kind": "SpeculatorDeployment", "name": inputs.name, "uid": inputs.owner_uid,
+    return [{"apiVersion": API_VERSION, "kind": "SpeculatorDeployment", "name": owner, "uid": uid,
              "controller": True, "blockOwnerDeletion": True}]  # fmt: skip
+
+
+def capture_config_map(
+    name: str, namespace: str, owner_uid: str | None, spec: SpeculatorDeploymentSpec, off: CaptureOff | None
+) -> dict[str, Any]:
+    """spec.learning's ConfigMap: the capture's live settings, on (None) or off for want of its storage. It needs
+    nothing of the pair, so a pass that renders no pair still applies it."""
+    meta: dict[str, Any] = {"name": capture.config_map_name(name), "namespace": namespace, "labels": labels(name)}
+    if owner_uid:
+        meta["ownerReferences"] = _owned_by(name, owner_uid)
+    return capture.config_map(namespace, name, spec, off is None, meta)
 
 
 def _meta(inputs: Inputs, name: str) -> dict[str, Any]:
@@ -293,9 +308,10 @@ def vllm_args(inputs: Inputs) -> tuple[list[str], dict[str, Any] | None, list[tu
         args += ["--speculative-config", json.dumps(config, separators=(",", ":"), sort_keys=True)]
     if spec.verifier.quantization:
         args += ["--quantization", spec.verifier.quantization]
-    if spec.learning is not None:
-        args += capture.server_args(spec, speculating=config is not None)
-    return [*args, *spec.serving.extra_args], config, notes
+    # the capture's flags after the user's: a user's `--per-request-spec-decode-metrics none` gives way to the
+    # capture's summary (their clients still see no metrics: the capture removes them)
+    tail = capture.server_args(spec, speculating=config is not None) if spec.learning is not None else []
+    return [*args, *spec.serving.extra_args, *tail], config, notes
 
 
 def parallel_args(layout: Layout) -> list[str]:
@@ -466,14 +482,17 @@ def render(inputs: Inputs) -> Rendered:
         env += parts.env
         mounts += parts.mounts
         volumes += parts.volumes
-        meta = _meta(inputs, capture.config_map_name(name))
-        extra.append(capture.config_map(inputs.namespace, name, spec, inputs.capture_off is None, meta))
+        extra.append(capture_config_map(name, inputs.namespace, inputs.owner_uid, spec, inputs.capture_off))
     tolerations = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}, *(spec.serving.tolerations or [])]
     pod_labels = {**labels(name), REVISION_LABEL: revision}
     # what this revision's pods stage: retention never deletes a location a ReplicaSet still names
     pod_annotations = {REVISION_LABEL: revision, DRAFT_ANNOTATION: source}
+    security = POD_SECURITY
+    if spec.learning is not None and Location.parse(spec.learning.storage.location).is_pvc:
+        # the capture's claim grows to many thousands of shards: no recursive ownership change at every mount
+        security = {**POD_SECURITY, "fsGroupChangePolicy": "OnRootMismatch"}
     pod: dict[str, Any] = {
-        "securityContext": POD_SECURITY,
+        "securityContext": security,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": spec.serving.shutdown_timeout_seconds + 30,
         "initContainers": init,

@@ -72,6 +72,15 @@ LEARNING_RULES: list[dict[str, Any]] = [
     },
     {
         "rule": _learning(
+            "!has(self.serving.env) || "
+            "!self.serving.env.exists(e, has(e.name) && string(e.name).startsWith('SPECULATOR_CAPTURE_'))"
+        ),
+        "message": "with learning, serving.env may not set SPECULATOR_CAPTURE_* variables: the operator sets them "
+        "for the capture",
+        "fieldPath": ".serving.env",
+    },
+    {
+        "rule": _learning(
             "!has(self.learning.trigger) || !has(self.learning.trigger.drift) "
             "|| !has(self.serving.adaptiveVerification) || !self.serving.adaptiveVerification"
         ),

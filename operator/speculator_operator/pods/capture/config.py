@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,13 +58,31 @@ class LiveSettings:
         self._active: Active | None = None
         self._last_good: CaptureSettings | None = None  # what removes the flag's metrics while the capture is off
         self._why: str | None = "starting"  # the reason logged last (one failure logs one line); None: on
+        self._lock = threading.Lock()  # the event loop and the retention thread both read
+        try:
+            fixed = json.loads(self.pod or "{}")
+        except ValueError:
+            fixed = {}
+        # the user's own metrics flags, from the pod's start: before the ConfigMap's file is there too
+        self._fixed_keeps = (bool(fixed.get("keepMetrics")), bool(fixed.get("timingMetrics"))) if isinstance(
+            fixed, dict) else (False, False)  # fmt: skip
 
     @property
     def last_good(self) -> CaptureSettings | None:
         self.current()
         return self._last_good
 
+    def keeps(self) -> tuple[bool, bool]:
+        """Whether the user's own --per-request-spec-decode-metrics and --enable-per-request-metrics are set: what
+        of a response's metrics reaches the client as it is."""
+        last = self.last_good
+        return (last.keep_metrics, last.timing_metrics) if last is not None else self._fixed_keeps
+
     def current(self) -> Active | None:
+        with self._lock:
+            return self._current()
+
+    def _current(self) -> Active | None:
         now = self.clock()
         if self._checked is not None and now - self._checked < self.check_seconds:
             return self._active

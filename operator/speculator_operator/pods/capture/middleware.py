@@ -425,8 +425,8 @@ class Capture:
         found = policy.route(scope.get("method", ""), scope.get("path", ""))
         if found is None:
             return None, None
-        last = self.settings.last_good
-        strip = _Strip(send, keep=bool(last and last.keep_metrics), timing=bool(last and last.timing_metrics))
+        keep, timing = self.settings.keeps()
+        strip = _Strip(send, keep=keep, timing=timing)
         active = self.settings.current()
         if active is None or not policy.is_sampled(active.settings.fraction, self.draw()):
             return strip, None

@@ -25,8 +25,11 @@ SHARD_TIME = "%Y%m%dT%H%M%SZ"
 
 
 def shard_time(key: str) -> datetime | None:
-    """When a shard's first row was captured, from its name (None: not a shard's name)."""
+    """When a shard's first row was captured, from its name (None: not a shard's name). A pvc:// shard's hidden
+    temporary (`.NAME.tmp`, left by a pod stopped while writing it) is a shard's too."""
     name = key.rsplit("/", 1)[-1]
+    if name.startswith(".") and name.endswith(".jsonl.tmp"):
+        name = name[1:].removesuffix(".tmp")
     if not name.endswith(".jsonl"):
         return None
     try:
@@ -35,13 +38,20 @@ def shard_time(key: str) -> datetime | None:
         return None
 
 
-def sweep(writer: Writer, folder: str, now: datetime, days: int) -> int:
-    """Delete the shards under `folder` older than `days` days at `now`; how many."""
+def sweep(writer: Writer, folder: str, now: datetime, days: int) -> tuple[int, Exception | None]:
+    """Delete the shards under `folder` older than `days` days at `now`: how many went, and the first error met.
+    A shard that cannot be deleted (an object lock, a key's own deny) does not keep the others."""
     cutoff = now - timedelta(days=days)
     expired = [k for k in writer.keys(folder) if (at := shard_time(k)) is not None and at < cutoff]
+    gone, error = 0, None
     for key in expired:
-        writer.delete(key)
-    return len(expired)
+        try:
+            writer.delete(key)
+        except Exception as exc:
+            error = error or exc
+            continue
+        gone += 1
+    return gone, error
 
 
 class Retention:
@@ -85,16 +95,18 @@ class Retention:
         key = ShardKey(settings.location, settings.pvc_mount, settings.namespace, settings.deployment, "", "")
         try:
             writer, prefix = self.writers(key)
-            gone = sweep(writer, shard_folder(key, prefix), self.wall(), settings.retention_days)
-        except Exception as exc:
+            gone, error = sweep(writer, shard_folder(key, prefix), self.wall(), settings.retention_days)
+        except Exception as exc:  # the listing
+            gone, error = 0, exc
+        metrics.EXPIRED.inc(gone)
+        if error is not None:
             metrics.ERRORS.labels("retention").inc()
             if not self._failing:  # the error's kind and words (a bucket, a path, a status), never a row
                 log.warning("capture: expired shards under %s not deleted: %s: %.300s", settings.location,
-                            type(exc).__name__, exc)  # fmt: skip
+                            type(error).__name__, error)  # fmt: skip
             self._failing = True
-            return 0
+            return gone
         self._failing = False
-        metrics.EXPIRED.inc(gone)
         if gone:
             log.info("capture: %d shards older than %d days deleted under %s", gone, settings.retention_days,
                      settings.location)  # fmt: skip

@@ -77,18 +77,50 @@ def mounted_credentials(directory: str | None) -> dict[str, str]:
     return found
 
 
+def secret_client(found: dict[str, str]) -> Any:
+    """An S3 client from storage.credentials' keys alone: the serving container's own AWS_* (its model's
+    credentials, perhaps another endpoint) must not fill in what the Secret lacks, so neither the environment's
+    keys nor its endpoint are read; without a key pair nothing is written."""
+    import boto3
+    from botocore.config import Config
+
+    from speculator_operator.adapters.sources import botocore_session
+
+    if not (found.get("AWS_ACCESS_KEY_ID") and found.get("AWS_SECRET_ACCESS_KEY")):
+        raise OSError("storage.credentials holds no AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+    return boto3.session.Session(botocore_session=botocore_session()).client(
+        "s3",
+        endpoint_url=found.get("AWS_ENDPOINT_URL_S3") or found.get("AWS_ENDPOINT_URL") or None,
+        aws_access_key_id=found["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=found["AWS_SECRET_ACCESS_KEY"],
+        aws_session_token=found.get("AWS_SESSION_TOKEN") or None,
+        region_name=found.get("AWS_DEFAULT_REGION") or found.get("AWS_REGION") or None,
+        config=Config(retries={"max_attempts": 3, "mode": "standard"}, ignore_configured_endpoint_urls=True),
+    )
+
+
 class S3Writer:
-    def __init__(self, bucket: str, client: Any = None) -> None:
+    """Writes with storage.credentials' mounted keys where the pod names them (SPECULATOR_CAPTURE_CREDENTIALS),
+    read again at each use so that a rotation applies; else with the pod's default chain (no Secret given)."""
+
+    def __init__(self, bucket: str, client: Any = None, credentials: str | None = None) -> None:
         self.bucket = bucket
         self.client = client
+        self.credentials = credentials if credentials is not None else os.environ.get(CAPTURE_CREDENTIALS_ENV)
+        self._made: tuple[tuple[tuple[str, str], ...], Any] | None = None
 
     def _client(self) -> Any:
         if self.client is not None:
             return self.client
-        from speculator_operator.adapters.sources import s3_client
+        if not self.credentials:
+            from speculator_operator.adapters.sources import s3_client
 
-        # made per set of keys and kept (s3_client): a rotation makes a new one, an unchanged Secret reuses it
-        return s3_client(mounted_credentials(os.environ.get(CAPTURE_CREDENTIALS_ENV)) or None)
+            return s3_client()
+        found = mounted_credentials(self.credentials)
+        keys = tuple(sorted(found.items()))
+        if self._made is None or self._made[0] != keys:  # one client per set of keys: a rotation makes a new one
+            self._made = (keys, secret_client(found))
+        return self._made[1]
 
     def write(self, key: str, body: bytes) -> None:
         self._client().put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/x-ndjson")
@@ -109,8 +141,7 @@ class PvcWriter:
         self.mounted = mounted  # the root must be a mount point
 
     def write(self, key: str, body: bytes) -> None:
-        self._check()
-        path = self.root / key
+        path = self._check(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.parent / f".{path.name}.tmp"  # neither a .jsonl nor visible: prepare-data never reads it
         with open(temporary, "wb") as f:
@@ -120,20 +151,22 @@ class PvcWriter:
         os.replace(temporary, path)
 
     def keys(self, prefix: str) -> Iterator[str]:
-        self._check()
-        base = self.root / prefix
+        base = self._check(prefix)
         for folder, _, files in os.walk(base):
             for name in files:
                 yield str((Path(folder) / name).relative_to(self.root))
 
     def delete(self, key: str) -> None:
-        self._check()
-        (self.root / key).unlink(missing_ok=True)
+        self._check(key).unlink(missing_ok=True)
 
-    def _check(self) -> None:
-        if self.mounted and not os.path.ismount(self.root):
-            # the claim is not mounted (not found when the pod was made): the pod's own disk is no place for user data
+    def _check(self, key: str) -> Path:
+        """`key`'s path, under the root (else OSError): the pod's own disk is no place for user data."""
+        if self.mounted and not os.path.ismount(self.root):  # the claim was not there when the pod was made
             raise OSError(f"{self.root} is not a mounted volume")
+        path = self.root / key
+        if not path.resolve().is_relative_to(self.root.resolve()):
+            raise OSError(f"{key!r} is not under {self.root}")
+        return path
 
 
 def writer_for(key: ShardKey) -> tuple[Writer, str]:
