@@ -250,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the release's pins as the Dockerfiles' build arguments (KEY=VALUE lines) instead",
     )
+    im.add_argument(
+        "--locked",
+        metavar="ROLE",
+        help="print the distributions the release's recorded evidence found in its ROLE image (trainer, server) as "
+        "name==version, space-separated (nothing where none is recorded)",
+    )
     releases_command.add_parser(sub)
 
     c = sub.add_parser("crds", help="print the CustomResourceDefinitions (or write them into a folder)")
