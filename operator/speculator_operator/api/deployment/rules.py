@@ -73,7 +73,7 @@ LEARNING_RULES: list[dict[str, Any]] = [
     {
         "rule": _learning(
             "!has(self.serving.env) || "
-            "!self.serving.env.exists(e, has(e.name) && string(e.name).startsWith('SPECULATOR_CAPTURE_'))"
+            "!self.serving.env.exists(e, has(e.name) && e.name.startsWith('SPECULATOR_CAPTURE_'))"
         ),
         "message": "with learning, serving.env may not set SPECULATOR_CAPTURE_* variables: the operator sets them "
         "for the capture",

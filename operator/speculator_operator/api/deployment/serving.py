@@ -170,7 +170,14 @@ class Serving(Model):
         default=None,
         max_length=64,
         description="More environment variables for vLLM (name/value or valueFrom), e.g. VLLM_CPU_KVCACHE_SPACE.",
-        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        # `name` typed for CEL (a rule reads it: api/deployment/rules.py); the rest as Kubernetes has it
+        json_schema_extra={
+            "items": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "properties": {"name": {"type": "string"}},
+            }
+        },
     )
 
     @property
