@@ -175,7 +175,7 @@ class Serving(Model):
             "items": {
                 "type": "object",
                 "x-kubernetes-preserve-unknown-fields": True,
-                "properties": {"name": {"type": "string"}},
+                "properties": {"name": {"type": "string", "description": "The variable's name."}},
             }
         },
     )
